@@ -1,0 +1,100 @@
+"""Transformer base (paper, Table 3, row "base"): N=6, d_model=512, d_ff=2048, h=8.
+
+Every field is overridable from the command line, e.g.
+``python train.py --config configs/base.py --config.train.num_steps=1000``.
+"""
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+
+    c.model = m = ml_collections.ConfigDict()
+    m.vocab_size = 37000  # shared BPE vocabulary, WMT14 En-De (paper 5.1); tokenizer sets it
+    m.d_model = 512  # paper 3: d_model
+    m.num_heads = 8  # paper 3.2.2: h
+    m.num_encoder_layers = 6  # paper 3.1: N
+    m.num_decoder_layers = 6  # paper 3.1: N
+    m.d_ff = 2048  # paper 3.3: inner FFN width
+    m.dropout_rate = 0.1  # paper 5.4: P_drop (sublayer outputs, embeddings + positions)
+    m.attention_dropout_rate = 0.0  # dropout on attention weights (tensor2tensor option)
+    m.relu_dropout_rate = 0.0  # dropout on the FFN hidden layer (tensor2tensor option)
+    m.positional = "sinusoidal"  # paper 3.5; or sinusoidal_concat | learned
+    m.max_len = 256  # positions covered (tokens)
+    m.norm = "post"  # paper 3.1: LayerNorm(x + Sublayer(x)); "pre" normalises the input
+    m.activation = "relu"  # paper 3.3; or gelu
+    m.share_embeddings = True  # paper 3.4: source and target share one embedding
+    m.tie_output = True  # paper 3.4: pre-softmax projection = embedding^T
+    m.layer_norm_epsilon = 1e-6
+    m.dtype = "float32"  # activations dtype inside the model (train.compute_dtype sets it)
+    m.pad_id = 0  # tokenizer sets it
+    m.bos_id = 2  # tokenizer sets it
+    m.eos_id = 3  # tokenizer sets it
+
+    c.data = d = ml_collections.ConfigDict()
+    d.source = "tfds"  # demo | text | tfds
+    d.src_lang = "en"
+    d.tgt_lang = "de"
+    d.tfds_name = "wmt14_translate/de-en"  # paper 5.1: WMT 2014 English-German
+    d.tfds_data_dir = ""  # empty: TFDS default
+    d.tfds_train_split = "train"
+    d.tfds_eval_split = "validation"  # newstest2013 (paper 6.2 uses it as dev)
+    d.tfds_test_split = "test"  # newstest2014
+    d.text_pattern = ""  # for source=text: e.g. "data/{split}.{lang}"
+    d.text_format = "text"  # text | tsv (source<TAB>target)
+    d.train_split = "train"
+    d.eval_split = "valid"
+    d.test_split = "test"
+    d.demo_seed = 0
+    d.demo_num_train = 40000
+    d.demo_num_eval = 1000
+    d.demo_num_test = 1000
+    d.vocab_size = 37000  # paper 5.1: ~37000 shared BPE tokens
+    d.vocab_model_type = "bpe"  # bpe | unigram
+    d.vocab_character_coverage = 1.0
+    d.vocab_sample_size = 1_000_000  # sentences used to learn the vocabulary
+    d.vocab_path = ""  # empty: <workdir>/spm.model (trained when missing)
+    d.max_source_len = 256  # tokens incl. EOS; longer pairs are dropped (or truncated)
+    d.max_target_len = 256
+    d.overlong = "drop"  # drop | truncate
+    d.max_tokens = 25000  # paper 5.1: ~25000 source + 25000 target tokens per batch
+    d.pack = False  # pack several pairs per row
+    d.pack_len = 256  # row length when packing
+    d.shuffle_buffer = 0
+    d.seed = 0
+
+    c.train = t = ml_collections.ConfigDict()
+    t.seed = 0
+    t.num_steps = 100_000  # paper 5.2: base trained 100k steps
+    t.warmup_steps = 4000  # paper 5.3
+    t.learning_rate_scale = 1.0  # lrate = scale * d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
+    t.adam_b1 = 0.9  # paper 5.3
+    t.adam_b2 = 0.98  # paper 5.3
+    t.adam_eps = 1e-9  # paper 5.3
+    t.weight_decay = 0.0
+    t.label_smoothing = 0.1  # paper 5.4: eps_ls
+    t.grad_clip_norm = 0.0  # global-norm clipping; 0 disables
+    t.accum_steps = 1  # micro-batches accumulated per optimizer update
+    t.parallelism = "shard_map"  # shard_map (jit over a 'data' mesh) | pmap
+    t.compute_dtype = "float32"  # float32 | bfloat16 (params, optimizer state stay float32)
+    t.log_every = 100  # steps
+    t.eval_every = 5000  # steps
+    t.eval_bleu_sentences = 1000  # validation sentences decoded for BLEU; 0 = all
+    t.checkpoint_every = 5000  # steps (paper 6.1: checkpoints every 10 minutes)
+    t.keep_checkpoints = 5  # paper 6.1: average of the last 5 checkpoints
+    t.async_checkpoints = True
+    t.coordinator_address = ""  # host:port for multi-host; empty = single process
+    t.num_processes = 1
+    t.process_id = 0
+
+    c.decode = e = ml_collections.ConfigDict()
+    e.beam_size = 4  # paper 6.1
+    e.alpha = 0.6  # paper 6.1: length penalty
+    e.max_len_a = 1.0  # max output length = a * source length + b
+    e.max_len_b = 50  # paper 6.1: input length + 50
+    e.temperature = 1.0  # sampling only
+    e.top_k = 0  # sampling only; 0 = full distribution
+    e.batch_size = 64  # sentences per decode batch
+    e.length_buckets = (16, 32, 64, 128, 256)  # source lengths are padded up to these
+    e.overlong = "truncate"  # truncate | error for sources longer than model.max_len
+    return c

@@ -1,0 +1,147 @@
+"""Scaled dot-product attention (pure) and multi-head attention (paper 3.2).
+
+``MultiHeadAttention`` fuses the Q, K, V projections into one matrix for
+self-attention and the K, V projections for cross-attention, and runs either over a
+whole sequence (training, teacher forcing) or one position at a time over an explicit,
+preallocated key/value cache (inference).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from jax import lax
+
+from jformer.masks import NEG_INF
+from jformer.types import Array
+
+# Glorot-uniform over (d_model -> heads*head_dim) per projection, as for unfused Q/K/V.
+_QKV_INIT = nn.initializers.xavier_uniform(in_axis=0, out_axis=(-2, -1), batch_axis=(1,))
+_OUT_INIT = nn.initializers.xavier_uniform(in_axis=(0, 1), out_axis=-1)
+
+
+def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
+                          mask: Array | None = None, bias: Array | None = None, *,
+                          dropout_rate: float = 0.0, dropout_rng: Array | None = None,
+                          deterministic: bool = True, return_weights: bool = False):
+    """softmax(Q K^T / sqrt(d_k) + bias) V, with masked positions excluded (paper eq. 1).
+
+    Args:
+      q_BLHK: queries [batch, q_len, heads, head_dim].
+      k_BMHK, v_BMHK: keys and values [batch, kv_len, heads, head_dim].
+      mask: optional bool, broadcastable to [batch, heads, q_len, kv_len]; True = attend.
+      bias: optional float added to the logits, broadcastable like ``mask``.
+      dropout_rate: dropout on the attention weights (needs ``dropout_rng`` in training).
+      return_weights: also return the weights [batch, heads, q_len, kv_len] (float32).
+    Returns:
+      [batch, q_len, heads, head_dim] in q's dtype (and the weights on request).
+    """
+    if q_BLHK.ndim != 4 or k_BMHK.ndim != 4 or v_BMHK.ndim != 4:
+        raise ValueError("q, k, v must be [batch, len, heads, head_dim]; got shapes "
+                         f"{q_BLHK.shape}, {k_BMHK.shape}, {v_BMHK.shape}")
+    if k_BMHK.shape != v_BMHK.shape or q_BLHK.shape[-1] != k_BMHK.shape[-1]:
+        raise ValueError(f"k and v must share a shape and head_dim with q; got q "
+                         f"{q_BLHK.shape}, k {k_BMHK.shape}, v {v_BMHK.shape}")
+    dtype = q_BLHK.dtype
+    q_BLHK = q_BLHK / jnp.sqrt(q_BLHK.shape[-1]).astype(dtype)
+    # Logits and softmax in float32: bf16 logits lose the small differences that matter.
+    logits_BHLM = jnp.einsum("BLHK,BMHK->BHLM", q_BLHK, k_BMHK,
+                             preferred_element_type=jnp.float32)
+    if bias is not None:
+        logits_BHLM = logits_BHLM + bias.astype(jnp.float32)
+    if mask is not None:
+        logits_BHLM = jnp.where(mask, logits_BHLM, NEG_INF)
+    weights_BHLM = jax.nn.softmax(logits_BHLM, axis=-1)
+    probs_BHLM = weights_BHLM
+    if not deterministic and dropout_rate > 0.0:
+        if dropout_rng is None:
+            raise ValueError("dropout_rng is required when deterministic=False and "
+                             f"dropout_rate={dropout_rate} > 0")
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BHLM.shape)
+        probs_BHLM = jnp.where(keep, probs_BHLM / (1.0 - dropout_rate), 0.0)
+    out_BLHK = jnp.einsum("BHLM,BMHK->BLHK", probs_BHLM.astype(dtype), v_BMHK)
+    return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (paper 3.2.2): h heads of size d_model / h, one output projection.
+
+    ``self_attend`` and ``self_attend_step`` share one fused [d_model, 3, heads, head_dim]
+    Q/K/V kernel; ``cross_attend`` uses a Q kernel and a fused [d_model, 2, heads, head_dim]
+    K/V kernel whose projections ``project_memory`` computes once per source.
+    """
+
+    num_heads: int
+    d_model: int
+    cross: bool = False  # True: queries from the decoder, keys/values from the encoder
+    dropout_rate: float = 0.0  # on the attention weights
+    dtype: jnp.dtype = jnp.float32
+
+    def setup(self):
+        h, k = self.num_heads, self.d_model // self.num_heads
+        if self.cross:
+            self.q_kernel = self.param("q_kernel", nn.initializers.xavier_uniform(
+                in_axis=0, out_axis=(-2, -1)), (self.d_model, h, k))
+            self.q_bias = self.param("q_bias", nn.initializers.zeros, (h, k))
+            self.kv_kernel = self.param("kv_kernel", _QKV_INIT, (self.d_model, 2, h, k))
+            self.kv_bias = self.param("kv_bias", nn.initializers.zeros, (2, h, k))
+        else:
+            self.qkv_kernel = self.param("qkv_kernel", _QKV_INIT, (self.d_model, 3, h, k))
+            self.qkv_bias = self.param("qkv_bias", nn.initializers.zeros, (3, h, k))
+        self.out_kernel = self.param("out_kernel", _OUT_INIT, (h, k, self.d_model))
+        self.out_bias = self.param("out_bias", nn.initializers.zeros, (self.d_model,))
+
+    def _project(self, x_BLD: Array, kernel: Array, bias: Array) -> Array:
+        # [B, L, D] x [D, J, H, K] -> [B, L, J, H, K] (J = 2 or 3 fused projections)
+        return (jnp.einsum("BLD,DJHK->BLJHK", x_BLD.astype(self.dtype),
+                           kernel.astype(self.dtype)) + bias.astype(self.dtype))
+
+    def _output(self, ctx_BLHK: Array) -> Array:
+        return (jnp.einsum("BLHK,HKD->BLD", ctx_BLHK, self.out_kernel.astype(self.dtype))
+                + self.out_bias.astype(self.dtype))
+
+    def _attend(self, q, k, v, mask, deterministic):
+        rng = None
+        if not deterministic and self.dropout_rate > 0.0:
+            rng = self.make_rng("dropout")
+        ctx_BLHK, weights_BHLM = dot_product_attention(
+            q, k, v, mask, dropout_rate=self.dropout_rate, dropout_rng=rng,
+            deterministic=deterministic, return_weights=True)
+        # Stored only when the caller makes "intermediates" mutable (attention maps).
+        self.sow("intermediates", "attention_weights", weights_BHLM)
+        return self._output(ctx_BLHK)
+
+    def self_attend(self, x_BLD: Array, mask: Array | None, deterministic: bool = True) -> Array:
+        """Self-attention over a whole sequence: x [B, L, D] -> [B, L, D]."""
+        qkv_BLJHK = self._project(x_BLD, self.qkv_kernel, self.qkv_bias)
+        q, k, v = qkv_BLJHK[:, :, 0], qkv_BLJHK[:, :, 1], qkv_BLJHK[:, :, 2]
+        return self._attend(q, k, v, mask, deterministic)
+
+    def self_attend_step(self, x_B1D: Array, cache_k_BMHK: Array, cache_v_BMHK: Array,
+                         index: Array) -> tuple[Array, Array, Array]:
+        """One decoder position over a preallocated cache (inference, no dropout).
+
+        Writes this position's key/value at ``index`` and attends to positions
+        0..index. Returns (output [B, 1, D], new cache_k, new cache_v), caches
+        [B, max_len, H, K].
+        """
+        qkv_B1JHK = self._project(x_B1D, self.qkv_kernel, self.qkv_bias)
+        q, k, v = qkv_B1JHK[:, :, 0], qkv_B1JHK[:, :, 1], qkv_B1JHK[:, :, 2]
+        start = (0, index, 0, 0)
+        cache_k_BMHK = lax.dynamic_update_slice(cache_k_BMHK, k.astype(cache_k_BMHK.dtype), start)
+        cache_v_BMHK = lax.dynamic_update_slice(cache_v_BMHK, v.astype(cache_v_BMHK.dtype), start)
+        mask_11M = (jnp.arange(cache_k_BMHK.shape[1]) <= index)[None, None, None, :]
+        out = self._attend(q, cache_k_BMHK, cache_v_BMHK, mask_11M, True)
+        return out, cache_k_BMHK, cache_v_BMHK
+
+    def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
+        """Cross-attention keys and values of the encoder output, each [B, M, H, K]."""
+        kv_BMJHK = self._project(memory_BMD, self.kv_kernel, self.kv_bias)
+        return kv_BMJHK[:, :, 0], kv_BMJHK[:, :, 1]
+
+    def cross_attend(self, x_BLD: Array, k_BMHK: Array, v_BMHK: Array, mask: Array | None,
+                     deterministic: bool = True) -> Array:
+        """Cross-attention of decoder states x [B, L, D] to projected memory K/V."""
+        q_BLHK = (jnp.einsum("BLD,DHK->BLHK", x_BLD.astype(self.dtype),
+                             self.q_kernel.astype(self.dtype)) + self.q_bias.astype(self.dtype))
+        return self._attend(q_BLHK, k_BMHK, v_BMHK, mask, deterministic)

@@ -1,0 +1,261 @@
+"""Typed, validated configuration built once from an ``ml_collections`` ConfigDict.
+
+``configs/*.py`` hold the ConfigDicts (configs as code, overridable from the
+command line). Library modules never see a ConfigDict: they receive the frozen
+dataclasses below, built by :func:`from_config_dict`, which checks every value and
+raises ``ValueError`` naming the offending field.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
+NORM_KINDS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu")
+DTYPES = ("float32", "bfloat16")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+def _check(cond: bool, field: str, expected: str, got: Any) -> None:
+    if not cond:
+        raise ConfigError(f"config field {field!r}: expected {expected}; got {got!r}")
+
+
+def _check_rate(section: str, name: str, value: float) -> None:
+    _check(0.0 <= value < 1.0, f"{section}.{name}", "a rate in [0, 1)", value)
+
+
+def _check_choice(section: str, name: str, value: str, choices: tuple[str, ...]) -> None:
+    _check(value in choices, f"{section}.{name}", f"one of {choices}", value)
+
+
+def _check_positive(section: str, name: str, value: int) -> None:
+    _check(isinstance(value, int) and value > 0, f"{section}.{name}", "a positive int", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Hyperparameters of the encoder-decoder Transformer (paper, Table 3)."""
+
+    vocab_size: int = 32000  # shared subword vocabulary (paper 5.1); set from the tokenizer
+    d_model: int = 512  # model width (paper 3, d_model)
+    num_heads: int = 8  # attention heads (paper 3.2.2, h)
+    num_encoder_layers: int = 6  # N (paper 3.1)
+    num_decoder_layers: int = 6  # N (paper 3.1)
+    d_ff: int = 2048  # inner width of the position-wise FFN (paper 3.3)
+    dropout_rate: float = 0.1  # P_drop on sublayer outputs and embeddings (paper 5.4)
+    attention_dropout_rate: float = 0.0  # dropout on attention weights (tensor2tensor)
+    relu_dropout_rate: float = 0.0  # dropout on the FFN hidden layer (tensor2tensor)
+    positional: str = "sinusoidal"  # sinusoidal | sinusoidal_concat | learned (paper 3.5)
+    max_len: int = 256  # longest sequence the positional table covers
+    norm: str = "post"  # post (paper: LayerNorm(x + Sublayer(x))) | pre
+    activation: str = "relu"  # FFN nonlinearity (paper 3.3: ReLU)
+    share_embeddings: bool = True  # one embedding for source and target (paper 3.4)
+    tie_output: bool = True  # output projection = target embedding^T (paper 3.4)
+    layer_norm_epsilon: float = 1e-6
+    dtype: str = "float32"  # compute dtype; parameters stay float32
+    pad_id: int = 0  # from the tokenizer
+    bos_id: int = 2  # decoder start token, from the tokenizer
+    eos_id: int = 3  # from the tokenizer
+
+    def __post_init__(self) -> None:
+        s = "model"
+        for name in ("vocab_size", "d_model", "num_heads", "num_encoder_layers",
+                     "num_decoder_layers", "d_ff", "max_len"):
+            _check_positive(s, name, getattr(self, name))
+        _check(self.d_model % self.num_heads == 0, f"{s}.d_model",
+               f"a multiple of model.num_heads={self.num_heads}", self.d_model)
+        for name in ("dropout_rate", "attention_dropout_rate", "relu_dropout_rate"):
+            _check_rate(s, name, getattr(self, name))
+        _check_choice(s, "positional", self.positional, POSITIONAL_KINDS)
+        _check_choice(s, "norm", self.norm, NORM_KINDS)
+        _check_choice(s, "activation", self.activation, ACTIVATIONS)
+        _check_choice(s, "dtype", self.dtype, DTYPES)
+        if self.positional != "learned":
+            _check(self.d_model % 2 == 0, f"{s}.d_model", "even for sinusoidal positions",
+                   self.d_model)
+        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        for name, value in ids.items():
+            _check(0 <= value < self.vocab_size, f"{s}.{name}",
+                   f"an id in [0, vocab_size={self.vocab_size})", value)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from and how it is batched."""
+
+    source: str = "demo"  # demo | text | tfds
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    # tfds
+    tfds_name: str = "wmt14_translate/de-en"
+    tfds_data_dir: str = ""  # empty: TFDS default (~/tensorflow_datasets)
+    tfds_train_split: str = "train"
+    tfds_eval_split: str = "validation"
+    tfds_test_split: str = "test"
+    # plain text / tsv files: paths with {split} and {lang} placeholders, or a .tsv
+    text_pattern: str = ""  # e.g. "data/{split}.{lang}" or "data/{split}.{lang}.gz"
+    text_format: str = "text"  # text | tsv
+    train_split: str = "train"
+    eval_split: str = "valid"
+    test_split: str = "test"
+    # built-in demo corpus
+    demo_seed: int = 0
+    demo_num_train: int = 40000
+    demo_num_eval: int = 1000
+    demo_num_test: int = 1000
+    # vocabulary (sentencepiece)
+    vocab_size: int = 8000
+    vocab_model_type: str = "bpe"  # bpe | unigram
+    vocab_character_coverage: float = 1.0
+    vocab_sample_size: int = 1_000_000  # sentences sampled to train the vocabulary
+    vocab_path: str = ""  # empty: <workdir>/spm.model, trained if absent
+    # length filtering and batching
+    max_source_len: int = 128  # tokens incl. EOS
+    max_target_len: int = 128  # tokens incl. EOS
+    overlong: str = "drop"  # drop | truncate
+    max_tokens: int = 4096  # token budget per global batch (max(src, tgt) x rows)
+    pack: bool = False  # pack several pairs per row (segment ids + positions)
+    pack_len: int = 128  # row length when packing
+    shuffle_buffer: int = 0  # unused when the corpus is in memory (full shuffle)
+    seed: int = 0  # shuffling seed
+
+    def __post_init__(self) -> None:
+        s = "data"
+        _check_choice(s, "source", self.source, ("demo", "text", "tfds"))
+        _check_choice(s, "text_format", self.text_format, ("text", "tsv"))
+        _check_choice(s, "vocab_model_type", self.vocab_model_type, ("bpe", "unigram"))
+        _check_choice(s, "overlong", self.overlong, ("drop", "truncate"))
+        for name in ("vocab_size", "max_source_len", "max_target_len", "max_tokens",
+                     "pack_len", "demo_num_train", "demo_num_eval", "demo_num_test"):
+            _check_positive(s, name, getattr(self, name))
+        _check(0.0 < self.vocab_character_coverage <= 1.0, f"{s}.vocab_character_coverage",
+               "a fraction in (0, 1]", self.vocab_character_coverage)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, schedule, checkpointing and evaluation (paper, section 5)."""
+
+    seed: int = 0
+    num_steps: int = 100_000  # paper 5.2: 100k steps for base
+    warmup_steps: int = 4000  # paper 5.3
+    learning_rate_scale: float = 1.0  # multiplies d_model^-0.5 * min(...) (paper eq. 3)
+    adam_b1: float = 0.9  # paper 5.3
+    adam_b2: float = 0.98  # paper 5.3
+    adam_eps: float = 1e-9  # paper 5.3
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1  # paper 5.4
+    grad_clip_norm: float = 0.0  # 0: no clipping
+    accum_steps: int = 1  # gradient accumulation micro-batches per update
+    parallelism: str = "shard_map"  # shard_map | pmap
+    compute_dtype: str = "float32"  # float32 | bfloat16 (params and opt state stay f32)
+    log_every: int = 50  # steps between progress/TensorBoard scalars
+    eval_every: int = 1000  # steps between validation loss + BLEU
+    eval_bleu_sentences: int = 500  # validation sentences decoded for BLEU (0: all)
+    checkpoint_every: int = 1000  # steps between checkpoints
+    keep_checkpoints: int = 5  # last K kept (paper averages the last 5)
+    async_checkpoints: bool = True
+    # multi-host (jax.distributed.initialize); empty address: single process
+    coordinator_address: str = ""
+    num_processes: int = 1
+    process_id: int = 0
+
+    def __post_init__(self) -> None:
+        s = "train"
+        for name in ("num_steps", "accum_steps", "log_every", "eval_every",
+                     "checkpoint_every", "keep_checkpoints", "num_processes"):
+            _check_positive(s, name, getattr(self, name))
+        _check(self.warmup_steps >= 0, f"{s}.warmup_steps", ">= 0", self.warmup_steps)
+        _check_rate(s, "label_smoothing", self.label_smoothing)
+        _check_choice(s, "parallelism", self.parallelism, ("shard_map", "pmap"))
+        _check_choice(s, "compute_dtype", self.compute_dtype, DTYPES)
+        _check(self.learning_rate_scale > 0, f"{s}.learning_rate_scale", "> 0",
+               self.learning_rate_scale)
+        _check(0 <= self.process_id < self.num_processes, f"{s}.process_id",
+               f"in [0, num_processes={self.num_processes})", self.process_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """Search settings used by evaluation and ``jformer translate``."""
+
+    beam_size: int = 4  # paper 6.1
+    alpha: float = 0.6  # length penalty ((5 + len) / 6)^alpha (paper 6.1)
+    max_len_a: float = 1.0  # max output length = a * source length + b (fairseq)
+    max_len_b: int = 50  # paper 6.1: input length + 50
+    temperature: float = 1.0  # for sampling
+    top_k: int = 0  # for sampling; 0: full distribution
+    batch_size: int = 64  # sentences per decode batch
+    length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256)  # padded source lengths
+    overlong: str = "truncate"  # truncate | error, for sources over model.max_len
+
+    def __post_init__(self) -> None:
+        s = "decode"
+        _check_positive(s, "beam_size", self.beam_size)
+        _check_positive(s, "batch_size", self.batch_size)
+        _check(self.alpha >= 0, f"{s}.alpha", ">= 0", self.alpha)
+        _check(self.temperature > 0, f"{s}.temperature", "> 0", self.temperature)
+        _check(self.top_k >= 0, f"{s}.top_k", ">= 0", self.top_k)
+        _check(len(self.length_buckets) > 0 and list(self.length_buckets)
+               == sorted(self.length_buckets), f"{s}.length_buckets",
+               "a non-empty increasing tuple", self.length_buckets)
+        _check_choice(s, "overlong", self.overlong, ("truncate", "error"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig
+    decode: DecodeConfig
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
+             "decode": DecodeConfig}
+
+
+def _build(section: str, cls: type, values: Mapping[str, Any]) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown config field(s) {', '.join(f'{section}.{u}' for u in unknown)}"
+                          f"; known fields: {', '.join(sorted(known))}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            v = values[f.name]
+            kwargs[f.name] = tuple(v) if isinstance(v, list) else v
+    return cls(**kwargs)
+
+
+def from_config_dict(cfg: Mapping[str, Any], **model_overrides: Any) -> Config:
+    """Builds and validates a :class:`Config` from a ConfigDict (or nested dict).
+
+    ``model_overrides`` (e.g. ``vocab_size``, ``pad_id`` from the tokenizer) replace
+    model fields before validation.
+    """
+    raw = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    unknown = sorted(set(raw) - set(_SECTIONS))
+    if unknown:
+        raise ConfigError(f"unknown config section(s) {unknown}; known: {sorted(_SECTIONS)}")
+    parts = {}
+    for name, cls in _SECTIONS.items():
+        values = dict(raw.get(name, {}))
+        if name == "model":
+            values.update(model_overrides)
+        parts[name] = _build(name, cls, values)
+    return Config(**parts)
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    """Plain nested dict of a :class:`Config` (for writing next to checkpoints)."""
+    return dataclasses.asdict(config)

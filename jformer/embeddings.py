@@ -1,0 +1,77 @@
+"""Token embeddings (shared, scaled by sqrt(d_model), tied to the output) and positions.
+
+Paper 3.4: source embedding, target embedding and the pre-softmax projection may
+share one matrix; embeddings are multiplied by sqrt(d_model). Paper 3.5: sinusoidal
+positional encodings, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...).
+"""
+from __future__ import annotations
+
+import numpy as np
+import jax.numpy as jnp
+from flax import linen as nn
+
+from jformer.types import Array
+
+
+def sinusoid_table(max_len: int, d_model: int, interleaved: bool = True) -> np.ndarray:
+    """Sinusoidal positional encodings, float32 [max_len, d_model].
+
+    interleaved=True is the paper's layout (sin on even, cos on odd dimensions);
+    False puts all sines in the first half and all cosines in the second
+    (tensor2tensor / fairseq layout). Both hold the same values, permuted.
+    """
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for sinusoidal positions; got {d_model}")
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    inv_freq = 1.0 / (10000.0 ** (np.arange(0, d_model, 2, dtype=np.float64) / d_model))
+    angles = pos * inv_freq[None, :]  # [max_len, d_model / 2]
+    table = np.empty((max_len, d_model), np.float64)
+    if interleaved:
+        table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles)
+    else:
+        half = d_model // 2
+        table[:, :half], table[:, half:] = np.sin(angles), np.cos(angles)
+    return table.astype(np.float32)
+
+
+class PositionalEncoding(nn.Module):
+    """Adds position information to [B, L, D] inputs (kind: sinusoidal | sinusoidal_concat | learned)."""
+
+    kind: str
+    max_len: int
+    d_model: int
+
+    @nn.compact
+    def __call__(self, positions_BL: Array) -> Array:
+        """Position vectors for integer positions [B, L] (any values in [0, max_len))."""
+        if self.kind == "learned":
+            table = self.param("table", nn.initializers.normal(stddev=0.02),
+                               (self.max_len, self.d_model))
+        else:
+            table = jnp.asarray(sinusoid_table(self.max_len, self.d_model,
+                                               interleaved=self.kind == "sinusoidal"))
+        return jnp.take(table, positions_BL, axis=0)
+
+
+class TokenEmbedding(nn.Module):
+    """A [vocab, d_model] embedding: lookups scaled by sqrt(d_model), and tied logits."""
+
+    vocab_size: int
+    d_model: int
+    dtype: jnp.dtype = jnp.float32
+
+    def setup(self):
+        # std d_model^-0.5: after the sqrt(d_model) scale, embeddings have unit variance,
+        # and tied logits h . e stay O(1) for layer-normalised h.
+        self.embedding = self.param("embedding", nn.initializers.normal(stddev=self.d_model ** -0.5),
+                                    (self.vocab_size, self.d_model))
+
+    def __call__(self, tokens_BL: Array) -> Array:
+        """ids [B, L] -> embeddings [B, L, D] * sqrt(d_model)."""
+        x = jnp.take(self.embedding, tokens_BL, axis=0)
+        return (x * jnp.sqrt(self.d_model)).astype(self.dtype)
+
+    def attend(self, x_BLD: Array) -> Array:
+        """Tied output projection: [B, L, D] -> float32 logits [B, L, V]."""
+        return jnp.einsum("BLD,VD->BLV", x_BLD, self.embedding.astype(self.dtype),
+                          preferred_element_type=jnp.float32)

@@ -1,0 +1,138 @@
+"""Position-wise FFN, the residual sublayer, and the encoder and decoder layers (paper 3.1-3.3)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax.numpy as jnp
+from flax import linen as nn
+
+from jformer.attention import MultiHeadAttention
+from jformer.config import ModelConfig
+from jformer.types import Array
+
+_DENSE_INIT = nn.initializers.xavier_uniform()
+
+
+def dtype_of(cfg: ModelConfig) -> jnp.dtype:
+    return jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2); GELU optional. [B, L, D] -> [B, L, D]."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x_BLD: Array, deterministic: bool = True) -> Array:
+        cfg, dtype = self.cfg, dtype_of(self.cfg)
+        h_BLF = nn.Dense(cfg.d_ff, dtype=dtype, kernel_init=_DENSE_INIT, name="wi")(x_BLD)
+        h_BLF = nn.relu(h_BLF) if cfg.activation == "relu" else nn.gelu(h_BLF)
+        h_BLF = nn.Dropout(cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
+        return nn.Dense(cfg.d_model, dtype=dtype, kernel_init=_DENSE_INIT, name="wo")(h_BLF)
+
+
+class Residual(nn.Module):
+    """One residual sublayer with dropout and LayerNorm (paper 3.1 and 5.4).
+
+    post-LN (paper): LayerNorm(x + Dropout(Sublayer(x)));
+    pre-LN:          x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm per stack.
+    """
+
+    cfg: ModelConfig
+
+    def setup(self):
+        self.norm = nn.LayerNorm(epsilon=self.cfg.layer_norm_epsilon, dtype=dtype_of(self.cfg))
+        self.dropout = nn.Dropout(self.cfg.dropout_rate)
+
+    def __call__(self, x_BLD: Array, sublayer: Callable[[Array], Array],
+                 deterministic: bool = True) -> Array:
+        if self.cfg.norm == "pre":
+            return x_BLD + self.dropout(sublayer(self.norm(x_BLD)), deterministic=deterministic)
+        return self.norm(x_BLD + self.dropout(sublayer(x_BLD), deterministic=deterministic))
+
+
+def _attention(cfg: ModelConfig, cross: bool = False) -> MultiHeadAttention:
+    return MultiHeadAttention(cfg.num_heads, cfg.d_model, cross=cross,
+                              dropout_rate=cfg.attention_dropout_rate, dtype=dtype_of(cfg))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention and FFN sublayers: [B, S, D] -> [B, S, D]."""
+
+    cfg: ModelConfig
+
+    def setup(self):
+        self.self_attention = _attention(self.cfg)
+        self.ffn = FeedForward(self.cfg)
+        self.attention_residual = Residual(self.cfg)
+        self.ffn_residual = Residual(self.cfg)
+
+    def __call__(self, x_BSD: Array, mask: Array | None, deterministic: bool = True) -> Array:
+        x_BSD = self.attention_residual(
+            x_BSD, lambda h: self.self_attention.self_attend(h, mask, deterministic), deterministic)
+        return self.ffn_residual(x_BSD, lambda h: self.ffn(h, deterministic), deterministic)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention and FFN sublayers.
+
+    ``__call__`` runs a whole target sequence (teacher forcing); ``step`` runs one
+    position over this layer's self-attention cache and precomputed cross K/V.
+    """
+
+    cfg: ModelConfig
+
+    def setup(self):
+        self.self_attention = _attention(self.cfg)
+        self.cross_attention = _attention(self.cfg, cross=True)
+        self.ffn = FeedForward(self.cfg)
+        self.self_residual = Residual(self.cfg)
+        self.cross_residual = Residual(self.cfg)
+        self.ffn_residual = Residual(self.cfg)
+
+    def project_memory(self, encoded_BSD: Array) -> tuple[Array, Array]:
+        """Cross-attention keys and values for this layer, each [B, S, H, K]."""
+        return self.cross_attention.project_memory(encoded_BSD)
+
+    def __call__(self, y_BTD: Array, encoded_BSD: Array, self_mask: Array | None,
+                 cross_mask: Array | None, deterministic: bool = True) -> Array:
+        y_BTD = self.self_residual(
+            y_BTD, lambda h: self.self_attention.self_attend(h, self_mask, deterministic),
+            deterministic)
+        k_BSHK, v_BSHK = self.project_memory(encoded_BSD)
+        y_BTD = self.cross_residual(
+            y_BTD, lambda h: self.cross_attention.cross_attend(h, k_BSHK, v_BSHK, cross_mask,
+                                                               deterministic), deterministic)
+        return self.ffn_residual(y_BTD, lambda h: self.ffn(h, deterministic), deterministic)
+
+    def step(self, y_B1D: Array, cache_k: Array, cache_v: Array, index: Array,
+             cross_k: Array, cross_v: Array, cross_mask: Array) -> tuple[Array, Array, Array]:
+        """One position: y [B, 1, D] -> (y [B, 1, D], new cache_k, new cache_v)."""
+        new_kv = {}
+
+        def attend_self(h):
+            out, new_kv["k"], new_kv["v"] = self.self_attention.self_attend_step(
+                h, cache_k, cache_v, index)
+            return out
+
+        y_B1D = self.self_residual(y_B1D, attend_self, True)
+        y_B1D = self.cross_residual(
+            y_B1D, lambda h: self.cross_attention.cross_attend(h, cross_k, cross_v, cross_mask),
+            True)
+        y_B1D = self.ffn_residual(y_B1D, lambda h: self.ffn(h, True), True)
+        return y_B1D, new_kv["k"], new_kv["v"]
+
+
+def check_tokens(name: str, x) -> None:
+    """Raises ValueError unless x is an integer [batch, length] array."""
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is None or len(shape) != 2 or not jnp.issubdtype(dtype, jnp.integer):
+        raise ValueError(f"{name} must be an integer array [batch, length]; got "
+                         f"{dtype} {tuple(shape) if shape is not None else type(x).__name__}")
+
+
+def check_same_shape(name: str, x, like_name: str, like) -> None:
+    if x is not None and tuple(x.shape) != tuple(like.shape):
+        raise ValueError(f"{name} must have the shape of {like_name} {tuple(like.shape)}; "
+                         f"got {tuple(x.shape)}")
+

@@ -1,0 +1,199 @@
+"""Encoder, Decoder and the encoder-decoder Transformer (paper 3, Figure 1).
+
+    model = Transformer(cfg)                                   # cfg: ModelConfig
+    logits_BTV = model.apply({"params": p}, inputs_BS, targets_BT)   # teacher forcing
+    encoded_BSD = model.apply(v, inputs_BS, method=Transformer.encode)
+    cache = model.apply(v, encoded_BSD, inputs_BS, max_len, method=Transformer.init_decode_state)
+    logits_BV, cache = model.apply(v, tokens_B, step, cache, method=Transformer.decode_step)
+
+Token ids: int32, ``cfg.pad_id`` marks padding; targets end with EOS and carry no BOS
+(the decoder input is the targets shifted right behind ``cfg.bos_id``).
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import linen as nn
+
+from jformer import masks
+from jformer.config import ModelConfig
+from jformer.embeddings import PositionalEncoding, TokenEmbedding
+from jformer.kv_cache import DecodeCache, init_self_cache
+from jformer.layers import (DecoderLayer, EncoderLayer, check_same_shape, check_tokens,
+                            dtype_of)
+from jformer.types import Array
+
+
+def shift_right(targets_BT: Array, bos_id: int, targets_position_BT: Array | None = None) -> Array:
+    """Decoder inputs: BOS, then targets[:-1]; with packing, BOS at every segment start."""
+    shifted = jnp.concatenate(
+        [jnp.full_like(targets_BT[:, :1], bos_id), targets_BT[:, :-1]], axis=1)
+    if targets_position_BT is not None:
+        shifted = jnp.where(targets_position_BT == 0, bos_id, shifted)
+    return shifted
+
+
+def _positions(tokens_BL: Array, given_BL: Array | None) -> Array:
+    if given_BL is not None:
+        return given_BL
+    return jnp.broadcast_to(jnp.arange(tokens_BL.shape[1]), tokens_BL.shape)
+
+
+class _Stack(nn.Module):
+    """Shared parts of both stacks: embedding + positions + dropout, final pre-LN norm."""
+
+    cfg: ModelConfig
+    embed: TokenEmbedding
+
+    def setup(self):
+        cfg = self.cfg
+        self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
+        self.embed_dropout = nn.Dropout(cfg.dropout_rate)
+        if cfg.norm == "pre":  # pre-LN leaves the residual stream unnormalised
+            self.final_norm = nn.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg))
+
+    def embed_tokens(self, tokens_BL: Array, positions_BL: Array, deterministic: bool) -> Array:
+        x_BLD = self.embed(tokens_BL) + self.positional(positions_BL).astype(dtype_of(self.cfg))
+        return self.embed_dropout(x_BLD, deterministic=deterministic)
+
+    def finish(self, x_BLD: Array) -> Array:
+        return self.final_norm(x_BLD) if self.cfg.norm == "pre" else x_BLD
+
+
+class Encoder(_Stack):
+    """N encoder layers: source ids [B, S] -> encoded [B, S, D]."""
+
+    def setup(self):
+        super().setup()
+        self.layers = [EncoderLayer(self.cfg, name=f"layer_{i}")
+                       for i in range(self.cfg.num_encoder_layers)]
+
+    def __call__(self, inputs_BS: Array, inputs_segmentation_BS: Array | None = None,
+                 inputs_position_BS: Array | None = None, deterministic: bool = True) -> Array:
+        mask = masks.encoder_mask(inputs_BS, self.cfg.pad_id, inputs_segmentation_BS)
+        x_BSD = self.embed_tokens(inputs_BS, _positions(inputs_BS, inputs_position_BS),
+                                  deterministic)
+        for layer in self.layers:
+            x_BSD = layer(x_BSD, mask, deterministic)
+        return self.finish(x_BSD)
+
+
+class Decoder(_Stack):
+    """N decoder layers and the output projection (tied to the embedding by default)."""
+
+    def setup(self):
+        super().setup()
+        cfg = self.cfg
+        self.layers = [DecoderLayer(cfg, name=f"layer_{i}") for i in range(cfg.num_decoder_layers)]
+        if not cfg.tie_output:
+            self.output_projection = nn.Dense(cfg.vocab_size, dtype=dtype_of(cfg),
+                                              kernel_init=nn.initializers.xavier_uniform())
+
+    def logits(self, y_BLD: Array) -> Array:
+        """Final states [B, L, D] -> float32 logits [B, L, V]."""
+        y_BLD = self.finish(y_BLD)
+        if self.cfg.tie_output:
+            return self.embed.attend(y_BLD)
+        return self.output_projection(y_BLD).astype(jnp.float32)
+
+    def __call__(self, encoded_BSD: Array, inputs_BS: Array, targets_BT: Array,
+                 inputs_segmentation_BS: Array | None = None,
+                 targets_segmentation_BT: Array | None = None,
+                 targets_position_BT: Array | None = None,
+                 deterministic: bool = True) -> Array:
+        """Teacher forcing: logits [B, T, V] predicting each target token."""
+        cfg = self.cfg
+        self_mask = masks.decoder_mask(targets_BT, cfg.pad_id, targets_segmentation_BT)
+        cross_mask = masks.cross_mask(targets_BT, inputs_BS, cfg.pad_id,
+                                      targets_segmentation_BT, inputs_segmentation_BS)
+        decoder_in_BT = shift_right(targets_BT, cfg.bos_id, targets_position_BT)
+        y_BTD = self.embed_tokens(decoder_in_BT, _positions(targets_BT, targets_position_BT),
+                                  deterministic)
+        for layer in self.layers:
+            y_BTD = layer(y_BTD, encoded_BSD, self_mask, cross_mask, deterministic)
+        return self.logits(y_BTD)
+
+    def init_cache(self, encoded_BSD: Array, inputs_BS: Array, max_len: int) -> DecodeCache:
+        cfg = self.cfg
+        cross = [layer.project_memory(encoded_BSD) for layer in self.layers]
+        self_k, self_v = init_self_cache(cfg.num_decoder_layers, inputs_BS.shape[0], max_len,
+                                         cfg.num_heads, cfg.head_dim, dtype_of(cfg))
+        return DecodeCache(self_k=self_k, self_v=self_v,
+                           cross_k=tuple(k for k, _ in cross), cross_v=tuple(v for _, v in cross),
+                           source_valid=inputs_BS != cfg.pad_id)
+
+    def step(self, tokens_B: Array, index: Array, cache: DecodeCache) -> tuple[Array, DecodeCache]:
+        positions_B1 = jnp.broadcast_to(index, tokens_B.shape)[:, None]
+        y_B1D = self.embed_tokens(tokens_B[:, None], positions_B1, deterministic=True)
+        cross_mask = cache.source_valid[:, None, None, :]  # [B, 1, 1, S]
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            y_B1D, k, v = layer.step(y_B1D, cache.self_k[i], cache.self_v[i], index,
+                                     cache.cross_k[i], cache.cross_v[i], cross_mask)
+            new_k.append(k)
+            new_v.append(v)
+        logits_BV = self.logits(y_B1D)[:, 0]
+        return logits_BV, cache.replace(self_k=tuple(new_k), self_v=tuple(new_v))
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer. See the module docstring for the call forms."""
+
+    cfg: ModelConfig
+
+    def setup(self):
+        cfg, dtype = self.cfg, dtype_of(self.cfg)
+        if cfg.share_embeddings:
+            source_embed = target_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype,
+                                                         name="shared_embedding")
+        else:
+            source_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, name="source_embedding")
+            target_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, name="target_embedding")
+        self.encoder = Encoder(cfg, source_embed)
+        self.decoder = Decoder(cfg, target_embed)
+
+    def encode(self, inputs: Array, inputs_segmentation: Array | None = None,
+               inputs_position: Array | None = None, deterministic: bool = True) -> Array:
+        """Source ids int [batch, src_len] (pad_id = padding) -> encoded [batch, src_len, d_model]."""
+        check_tokens("inputs", inputs)
+        check_same_shape("inputs_segmentation", inputs_segmentation, "inputs", inputs)
+        check_same_shape("inputs_position", inputs_position, "inputs", inputs)
+        return self.encoder(inputs, inputs_segmentation, inputs_position, deterministic)
+
+    def decode(self, encoded: Array, inputs: Array, targets: Array,
+               inputs_segmentation: Array | None = None,
+               targets_segmentation: Array | None = None,
+               targets_position: Array | None = None, deterministic: bool = True) -> Array:
+        """Teacher-forced logits float32 [batch, tgt_len, vocab] from encoded [batch, src_len, d_model]."""
+        check_tokens("targets", targets)
+        if encoded.ndim != 3 or encoded.shape[:2] != inputs.shape:
+            raise ValueError(f"encoded must be [batch, src_len, d_model] matching inputs "
+                             f"{tuple(inputs.shape)}; got {tuple(encoded.shape)}")
+        check_same_shape("targets_segmentation", targets_segmentation, "targets", targets)
+        check_same_shape("targets_position", targets_position, "targets", targets)
+        return self.decoder(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
+                            targets_position, deterministic)
+
+    def __call__(self, inputs: Array, targets: Array, inputs_segmentation: Array | None = None,
+                 targets_segmentation: Array | None = None, inputs_position: Array | None = None,
+                 targets_position: Array | None = None, deterministic: bool = True) -> Array:
+        """Logits float32 [batch, tgt_len, vocab] predicting ``targets`` given ``inputs``."""
+        check_tokens("inputs", inputs)
+        check_tokens("targets", targets)
+        if inputs.shape[0] != targets.shape[0]:
+            raise ValueError(f"inputs and targets must share the batch size; got "
+                             f"{inputs.shape[0]} and {targets.shape[0]}")
+        encoded = self.encode(inputs, inputs_segmentation, inputs_position, deterministic)
+        return self.decode(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
+                           targets_position, deterministic)
+
+    def init_decode_state(self, encoded: Array, inputs: Array, max_decode_len: int) -> DecodeCache:
+        """A :class:`DecodeCache` for ``max_decode_len`` output positions; cross K/V computed once."""
+        check_tokens("inputs", inputs)
+        if max_decode_len > self.cfg.max_len:
+            raise ValueError(f"max_decode_len must be <= model.max_len={self.cfg.max_len}; "
+                             f"got {max_decode_len}")
+        return self.decoder.init_cache(encoded, inputs, max_decode_len)
+
+    def decode_step(self, tokens: Array, step: Array, cache: DecodeCache) -> tuple[Array, DecodeCache]:
+        """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache)."""
+        return self.decoder.step(tokens, step, cache)

@@ -1,0 +1,83 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jformer import masks
+from jformer.attention import MultiHeadAttention, dot_product_attention
+
+
+def reference_attention(q, k, v, mask, bias):
+    """NumPy softmax(QK^T/sqrt(d) + bias) V with masked logits excluded (float64)."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    logits = np.einsum("blhk,bmhk->bhlm", q, k) / np.sqrt(q.shape[-1]) + bias
+    logits = np.where(mask, logits, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w = w / w.sum(-1, keepdims=True)
+    return np.einsum("bhlm,bmhk->blhk", w, v), w
+
+
+def test_attention_matches_numpy_reference_with_masks_and_bias():
+    rng = np.random.default_rng(0)
+    B, L, M, H, K = 2, 3, 5, 4, 6  # distinct sizes so a swapped axis fails
+    q, k, v = (rng.normal(size=s).astype(np.float32) for s in
+               [(B, L, H, K), (B, M, H, K), (B, M, H, K)])
+    key_valid = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    query_valid = np.ones((B, L), bool)
+    mask = np.asarray(masks.padding_mask(query_valid, key_valid))
+    bias = rng.normal(size=(1, H, L, M)).astype(np.float32)
+    out, w = dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
+                                   jnp.asarray(mask), jnp.asarray(bias), return_weights=True)
+    ref_out, ref_w = reference_attention(q, k, v, mask, bias)
+    np.testing.assert_allclose(out, ref_out, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(w, ref_w, atol=1e-6)
+    assert np.all(np.asarray(w)[0, :, :, 3:] == 0.0)
+
+
+def test_attention_under_jit_equals_eager():
+    rng = np.random.default_rng(1)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 4, 2, 3)), jnp.float32) for _ in range(3))
+    mask = masks.causal_mask(4)
+    np.testing.assert_allclose(jax.jit(dot_product_attention)(q, k, v, mask),
+                               dot_product_attention(q, k, v, mask), atol=1e-6)
+
+
+def test_attention_dropout_needs_rng_and_rescales():
+    q = k = v = jnp.ones((1, 2, 1, 4))
+    with pytest.raises(ValueError, match="dropout_rng"):
+        dot_product_attention(q, k, v, dropout_rate=0.5, deterministic=False)
+    out = dot_product_attention(q, k, v, dropout_rate=0.5, deterministic=False,
+                                dropout_rng=jax.random.PRNGKey(0))
+    assert set(np.unique(np.asarray(out)).tolist()) <= {0.0, 1.0, 2.0}
+
+
+def test_attention_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="q, k, v must be"):
+        dot_product_attention(jnp.ones((2, 3, 4)), jnp.ones((2, 3, 1, 4)), jnp.ones((2, 3, 1, 4)))
+    with pytest.raises(ValueError, match="head_dim"):
+        dot_product_attention(jnp.ones((2, 3, 1, 4)), jnp.ones((2, 3, 1, 5)), jnp.ones((2, 3, 1, 5)))
+
+
+def test_multi_head_self_attention_matches_manual_projection():
+    mha = MultiHeadAttention(num_heads=2, d_model=6)
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 5, 6))
+    mask = masks.causal_mask(5)
+    params = mha.init(jax.random.PRNGKey(1), x, mask, method=MultiHeadAttention.self_attend)
+    out = mha.apply(params, x, mask, method=MultiHeadAttention.self_attend)
+    p = params["params"]
+    qkv = np.einsum("bld,djhk->bljhk", x, p["qkv_kernel"]) + p["qkv_bias"]
+    ctx, _ = reference_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], np.asarray(mask), 0.0)
+    ref = np.einsum("blhk,hkd->bld", ctx, p["out_kernel"]) + p["out_bias"]
+    assert out.shape == (3, 5, 6)
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+
+
+def test_attention_weights_are_sown_on_request():
+    mha = MultiHeadAttention(num_heads=2, d_model=4)
+    x = jnp.ones((1, 3, 4))
+    params = mha.init(jax.random.PRNGKey(0), x, None, method=MultiHeadAttention.self_attend)
+    _, state = mha.apply(params, x, None, method=MultiHeadAttention.self_attend,
+                         mutable=["intermediates"])
+    (w,) = state["intermediates"]["attention_weights"]
+    assert w.shape == (1, 2, 3, 3)
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)

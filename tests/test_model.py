@@ -1,0 +1,180 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import base, big
+from jformer.config import ModelConfig, from_config_dict
+from jformer.model import Transformer, shift_right
+
+PAD, BOS, EOS = 0, 2, 3
+CFG = ModelConfig(vocab_size=23, d_model=24, num_heads=3, num_encoder_layers=2,
+                  num_decoder_layers=2, d_ff=40, max_len=16, dropout_rate=0.0)
+
+
+def make_batch(seed=0, B=2, S=7, T=5):
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(4, CFG.vocab_size, (B, S)).astype(np.int32)
+    targets = rng.integers(4, CFG.vocab_size, (B, T)).astype(np.int32)
+    inputs[0, 4:] = PAD  # first source padded after 4 tokens
+    targets[0, 3:] = PAD
+    return jnp.asarray(inputs), jnp.asarray(targets)
+
+
+def init(cfg=CFG, seed=0):
+    inputs, targets = make_batch()
+    return Transformer(cfg), Transformer(cfg).init(jax.random.PRNGKey(seed), inputs, targets)
+
+
+def test_logits_shape_and_dtype():
+    model, v = init()
+    inputs, targets = make_batch()
+    logits = model.apply(v, inputs, targets)
+    assert logits.shape == (2, 5, CFG.vocab_size) and logits.dtype == jnp.float32
+
+
+def test_shift_right_inserts_bos_at_segment_starts():
+    targets = jnp.array([[5, 6, 7, 8, 9]])
+    np.testing.assert_array_equal(shift_right(targets, BOS), [[BOS, 5, 6, 7, 8]])
+    positions = jnp.array([[0, 1, 0, 1, 2]])
+    np.testing.assert_array_equal(shift_right(targets, BOS, positions), [[BOS, 5, BOS, 7, 8]])
+
+
+def test_padded_source_slots_do_not_change_real_outputs():
+    """Whatever sits in a padded source slot never reaches a real position."""
+    model, v = init()
+    inputs, targets = make_batch()
+    encoded = model.apply(v, inputs, method=Transformer.encode)
+    # Encoder: give the padded slot 5 of row 0 another position vector (other content).
+    positions = jnp.broadcast_to(jnp.arange(7), inputs.shape).at[0, 5].set(11)
+    enc_b = model.apply(v, inputs, None, positions, method=Transformer.encode)
+    assert np.abs(np.asarray(enc_b[0, 5] - encoded[0, 5])).max() > 1e-3
+    np.testing.assert_allclose(enc_b[0, :4], encoded[0, :4], atol=1e-6)
+    np.testing.assert_allclose(enc_b[1], encoded[1], atol=1e-6)
+    # Decoder: garbage in the padded encoder slots changes no logit at a real target.
+    noisy = encoded.at[0, 4:].set(100.0)
+    logits = model.apply(v, encoded, inputs, targets, method=Transformer.decode)
+    logits_b = model.apply(v, noisy, inputs, targets, method=Transformer.decode)
+    np.testing.assert_allclose(logits_b[0, :3], logits[0, :3], atol=1e-5)
+
+
+def test_gradient_causality_no_future_target_leaks():
+    """d logits[t] / d (decoder input embedding at s) is zero for s > t."""
+    model, v = init()
+    inputs, targets = make_batch()
+    targets = targets.at[0].set(jnp.array([5, 6, 7, 8, 9]))
+    base_logits = model.apply(v, inputs, targets)
+    for t in range(targets.shape[1]):
+        changed = targets.at[:, t].set((targets[:, t] + 1 - 4) % (CFG.vocab_size - 4) + 4)
+        logits = model.apply(v, inputs, changed)
+        # target t is decoder input t+1: outputs at positions <= t are unchanged
+        np.testing.assert_allclose(logits[:, :t + 1], base_logits[:, :t + 1], atol=1e-6)
+        if t + 1 < targets.shape[1]:
+            assert np.abs(np.asarray(logits[:, t + 1:] - base_logits[:, t + 1:])).max() > 1e-4
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_cached_decoding_equals_teacher_forcing(norm, positional):
+    cfg = dataclasses.replace(CFG, norm=norm, positional=positional)
+    model, v = init(cfg)
+    inputs, targets = make_batch(seed=3, T=6)
+    targets = targets.at[0].set(jnp.array([5, 6, 7, 8, 9, 10]))
+    expected = model.apply(v, inputs, targets)
+    encoded = model.apply(v, inputs, method=Transformer.encode)
+    cache = model.apply(v, encoded, inputs, 8, method=Transformer.init_decode_state)
+    decoder_in = shift_right(targets, BOS)
+    step = jax.jit(lambda tok, i, c: model.apply(v, tok, i, c, method=Transformer.decode_step))
+    for t in range(targets.shape[1]):
+        logits, cache = step(decoder_in[:, t], jnp.int32(t), cache)
+        np.testing.assert_allclose(logits, expected[:, t], atol=1e-5, rtol=1e-5)
+
+
+def count_params(cfg: ModelConfig) -> int:
+    x = jax.ShapeDtypeStruct((1, 4), jnp.int32)
+    shapes = jax.eval_shape(lambda a, b: Transformer(cfg).init(jax.random.PRNGKey(0), a, b), x, x)
+    return sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
+
+
+@pytest.mark.parametrize("config_module, paper_millions", [(base, 65), (big, 213)])
+def test_parameter_counts_match_paper(config_module, paper_millions):
+    cfg = from_config_dict(config_module.get_config(), vocab_size=37000)
+    n = count_params(cfg.model)
+    assert abs(n / 1e6 - paper_millions) / paper_millions < 0.05, n
+
+
+def test_sharing_switches_change_parameter_structure():
+    shared = count_params(CFG)
+    separate = count_params(dataclasses.replace(CFG, share_embeddings=False))
+    untied = count_params(dataclasses.replace(CFG, tie_output=False))
+    V, D = CFG.vocab_size, CFG.d_model
+    assert separate - shared == V * D
+    assert untied - shared == V * D + V  # output kernel + bias
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_jit_and_eager_agree(activation):
+    cfg = dataclasses.replace(CFG, activation=activation)
+    model, v = init(cfg)
+    inputs, targets = make_batch()
+    np.testing.assert_allclose(jax.jit(model.apply)(v, inputs, targets),
+                               model.apply(v, inputs, targets), atol=1e-5)
+
+
+def test_dropout_is_active_only_in_training():
+    cfg = dataclasses.replace(CFG, dropout_rate=0.3, attention_dropout_rate=0.1,
+                              relu_dropout_rate=0.1)
+    model, v = init(cfg)
+    inputs, targets = make_batch()
+    run = lambda seed, det: model.apply(v, inputs, targets, deterministic=det,
+                                        rngs={"dropout": jax.random.PRNGKey(seed)})
+    np.testing.assert_array_equal(run(0, True), run(1, True))
+    assert np.abs(np.asarray(run(0, False) - run(1, False))).max() > 1e-3
+    np.testing.assert_array_equal(run(0, False), run(0, False))
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+    cfg = dataclasses.replace(CFG, dtype="bfloat16")
+    model, v = init(cfg)
+    inputs, targets = make_batch()
+    assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(v))
+    logits = model.apply(v, inputs, targets)
+    assert logits.dtype == jnp.float32
+    ref = Transformer(CFG).apply(v, inputs, targets)
+    assert np.abs(np.asarray(logits - ref)).max() < 0.2
+
+
+def test_wrong_shapes_and_dtypes_raise_value_error_naming_argument():
+    model, v = init()
+    inputs, targets = make_batch()
+    with pytest.raises(ValueError, match="inputs must be an integer array"):
+        model.apply(v, inputs.astype(jnp.float32), targets)
+    with pytest.raises(ValueError, match="targets must be an integer array"):
+        model.apply(v, inputs, targets[0])
+    with pytest.raises(ValueError, match="share the batch size"):
+        model.apply(v, inputs, targets[:1])
+    with pytest.raises(ValueError, match="inputs_segmentation must have the shape"):
+        model.apply(v, inputs, targets, inputs_segmentation=jnp.ones((2, 3), jnp.int32))
+    encoded = model.apply(v, inputs, method=Transformer.encode)
+    with pytest.raises(ValueError, match="max_decode_len must be"):
+        model.apply(v, encoded, inputs, 99, method=Transformer.init_decode_state)
+
+
+def test_packed_rows_equal_separate_sentences():
+    """Two pairs packed in one row give each pair's own logits (segments + positions)."""
+    model, v = init()
+    src_a, tgt_a = jnp.array([[5, 6, 7, EOS]]), jnp.array([[8, 9, EOS]])
+    src_b, tgt_b = jnp.array([[10, 11, EOS]]), jnp.array([[12, 13, 14, EOS]])
+    packed = dict(
+        inputs=jnp.array([[5, 6, 7, EOS, 10, 11, EOS, PAD]]),
+        targets=jnp.array([[8, 9, EOS, 12, 13, 14, EOS, PAD]]),
+        inputs_segmentation=jnp.array([[1, 1, 1, 1, 2, 2, 2, 0]]),
+        targets_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]),
+        inputs_position=jnp.array([[0, 1, 2, 3, 0, 1, 2, 0]]),
+        targets_position=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]))
+    logits = model.apply(v, **packed)
+    np.testing.assert_allclose(logits[0, :3], model.apply(v, src_a, tgt_a)[0], atol=1e-5)
+    np.testing.assert_allclose(logits[0, 3:7], model.apply(v, src_b, tgt_b)[0], atol=1e-5)
