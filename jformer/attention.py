@@ -69,6 +69,10 @@ class MultiHeadAttention(nn.Module):
     ``self_attend`` and ``self_attend_step`` share one fused [d_model, 3, heads, head_dim]
     Q/K/V kernel; ``cross_attend`` uses a Q kernel and a fused [d_model, 2, heads, head_dim]
     K/V kernel whose projections ``project_memory`` computes once per source.
+
+    Queries and values have biases; keys have none: a key bias adds the same amount to
+    every logit of a query row, which the softmax cancels, so its gradient is exactly zero
+    and Adam would only amplify rounding noise in it.
     """
 
     num_heads: int
@@ -84,17 +88,18 @@ class MultiHeadAttention(nn.Module):
                 in_axis=0, out_axis=(-2, -1)), (self.d_model, h, k))
             self.q_bias = self.param("q_bias", nn.initializers.zeros, (h, k))
             self.kv_kernel = self.param("kv_kernel", _QKV_INIT, (self.d_model, 2, h, k))
-            self.kv_bias = self.param("kv_bias", nn.initializers.zeros, (2, h, k))
         else:
             self.qkv_kernel = self.param("qkv_kernel", _QKV_INIT, (self.d_model, 3, h, k))
-            self.qkv_bias = self.param("qkv_bias", nn.initializers.zeros, (3, h, k))
+            self.q_bias = self.param("q_bias", nn.initializers.zeros, (h, k))
+        self.v_bias = self.param("v_bias", nn.initializers.zeros, (h, k))
         self.out_kernel = self.param("out_kernel", _OUT_INIT, (h, k, self.d_model))
         self.out_bias = self.param("out_bias", nn.initializers.zeros, (self.d_model,))
 
-    def _project(self, x_BLD: Array, kernel: Array, bias: Array) -> Array:
+    def _project(self, x_BLD: Array, kernel: Array, biases: tuple[Array | None, ...]) -> Array:
         # [B, L, D] x [D, J, H, K] -> [B, L, J, H, K] (J = 2 or 3 fused projections)
+        bias_JHK = jnp.stack([jnp.zeros_like(self.v_bias) if b is None else b for b in biases])
         return (jnp.einsum("BLD,DJHK->BLJHK", x_BLD.astype(self.dtype),
-                           kernel.astype(self.dtype)) + bias.astype(self.dtype))
+                           kernel.astype(self.dtype)) + bias_JHK.astype(self.dtype))
 
     def _output(self, ctx_BLHK: Array) -> Array:
         return (jnp.einsum("BLHK,HKD->BLD", ctx_BLHK, self.out_kernel.astype(self.dtype))
@@ -113,7 +118,7 @@ class MultiHeadAttention(nn.Module):
 
     def self_attend(self, x_BLD: Array, mask: Array | None, deterministic: bool = True) -> Array:
         """Self-attention over a whole sequence: x [B, L, D] -> [B, L, D]."""
-        qkv_BLJHK = self._project(x_BLD, self.qkv_kernel, self.qkv_bias)
+        qkv_BLJHK = self._project(x_BLD, self.qkv_kernel, (self.q_bias, None, self.v_bias))
         q, k, v = qkv_BLJHK[:, :, 0], qkv_BLJHK[:, :, 1], qkv_BLJHK[:, :, 2]
         return self._attend(q, k, v, mask, deterministic)
 
@@ -125,7 +130,7 @@ class MultiHeadAttention(nn.Module):
         0..index. Returns (output [B, 1, D], new cache_k, new cache_v), caches
         [B, max_len, H, K].
         """
-        qkv_B1JHK = self._project(x_B1D, self.qkv_kernel, self.qkv_bias)
+        qkv_B1JHK = self._project(x_B1D, self.qkv_kernel, (self.q_bias, None, self.v_bias))
         q, k, v = qkv_B1JHK[:, :, 0], qkv_B1JHK[:, :, 1], qkv_B1JHK[:, :, 2]
         start = (0, index, 0, 0)
         cache_k_BMHK = lax.dynamic_update_slice(cache_k_BMHK, k.astype(cache_k_BMHK.dtype), start)
@@ -136,7 +141,7 @@ class MultiHeadAttention(nn.Module):
 
     def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
         """Cross-attention keys and values of the encoder output, each [B, M, H, K]."""
-        kv_BMJHK = self._project(memory_BMD, self.kv_kernel, self.kv_bias)
+        kv_BMJHK = self._project(memory_BMD, self.kv_kernel, (None, self.v_bias))
         return kv_BMJHK[:, :, 0], kv_BMJHK[:, :, 1]
 
     def cross_attend(self, x_BLD: Array, k_BMHK: Array, v_BMHK: Array, mask: Array | None,

@@ -63,9 +63,12 @@ def test_multi_head_self_attention_matches_manual_projection():
     x = jax.random.normal(jax.random.PRNGKey(0), (3, 5, 6))
     mask = masks.causal_mask(5)
     params = mha.init(jax.random.PRNGKey(1), x, mask, method=MultiHeadAttention.self_attend)
+    # non-zero biases, so a misplaced bias fails the comparison
+    params = jax.tree.map(lambda a: a + 0.1 * jnp.arange(a.size).reshape(a.shape) / a.size, params)
     out = mha.apply(params, x, mask, method=MultiHeadAttention.self_attend)
     p = params["params"]
-    qkv = np.einsum("bld,djhk->bljhk", x, p["qkv_kernel"]) + p["qkv_bias"]
+    bias = np.stack([p["q_bias"], np.zeros_like(p["v_bias"]), p["v_bias"]])
+    qkv = np.einsum("bld,djhk->bljhk", x, p["qkv_kernel"]) + bias
     ctx, _ = reference_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], np.asarray(mask), 0.0)
     ref = np.einsum("blhk,hkd->bld", ctx, p["out_kernel"]) + p["out_bias"]
     assert out.shape == (3, 5, 6)

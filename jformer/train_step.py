@@ -1,0 +1,124 @@
+"""The pure per-device training and evaluation steps.
+
+``train_step(state, batch) -> (state, metrics)`` sees one device's shard of the batch:
+forward (with dropout), label-smoothed cross entropy, gradients of the summed loss, an
+average over the ``'data'`` axis (``lax.pmean``), then normalisation by the number of
+real target tokens in the whole global batch, and the optax update. Gradient
+accumulation scans over micro-batches and normalises once, so it equals the large batch.
+Metrics come back as sums over the global batch; the host divides.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from jax import lax
+
+from jformer.losses import smoothed_cross_entropy
+from jformer.model import Transformer
+from jformer.sharding import AXIS
+from jformer.types import PyTree
+
+MODEL_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",
+              "inputs_position", "targets_position")
+
+
+@struct.dataclass
+class TrainState:
+    """Everything a resumed run needs besides the data iterator's position."""
+
+    step: jax.Array  # int32 scalar: updates applied so far
+    params: PyTree
+    opt_state: PyTree
+    rng: jax.Array  # uint32 key data; per-step dropout keys are folded from it
+
+
+def create_train_state(model: Transformer, tx: optax.GradientTransformation, seed: int,
+                       example_batch: dict) -> TrainState:
+    """Initialises parameters (float32) and optimizer state on the default device."""
+    init_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(seed))
+    inputs = jnp.asarray(example_batch["inputs"][:1])
+    targets = jnp.asarray(example_batch["targets"][:1])
+    params = jax.jit(model.init)(init_rng, inputs, targets)["params"]
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                      rng=jax.random.key_data(dropout_rng))
+
+
+def _model_inputs(batch: dict) -> dict:
+    return {k: batch[k] for k in MODEL_KEYS if k in batch}
+
+
+def make_loss_fn(model: Transformer, label_smoothing: float, pad_id: int) -> Callable:
+    """loss_fn(params, batch, rng | None) -> (smoothed loss sum, metric sums)."""
+
+    def loss_fn(params, batch, rng):
+        deterministic = rng is None
+        logits_BTV = model.apply({"params": params}, **_model_inputs(batch),
+                                 deterministic=deterministic,
+                                 rngs=None if deterministic else {"dropout": rng})
+        targets_BT = batch["targets"]
+        metrics = smoothed_cross_entropy(logits_BTV, targets_BT, targets_BT != pad_id,
+                                         label_smoothing)
+        return metrics["loss"], metrics
+
+    return loss_fn
+
+
+def make_train_step(model: Transformer, tx: optax.GradientTransformation, *,
+                    label_smoothing: float, pad_id: int, accum_steps: int = 1,
+                    schedule: optax.Schedule | None = None) -> Callable:
+    """The per-device ``train_step(state, batch) -> (state, metrics)`` (see module doc)."""
+    grad_fn = jax.grad(make_loss_fn(model, label_smoothing, pad_id), has_aux=True)
+
+    def accumulate(params, batch, rng):
+        if accum_steps == 1:
+            return grad_fn(params, batch, rng)
+        # [b, ...] -> [accum_steps, b / accum_steps, ...]
+        micro = jax.tree.map(lambda x: x.reshape((accum_steps, -1) + x.shape[1:]), batch)
+
+        def body(carry, xs):
+            i, mb = xs
+            g, m = grad_fn(params, mb, jax.random.fold_in(rng, i))
+            return jax.tree.map(jnp.add, carry, (g, m)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, jax.tree.map(
+            lambda x: x[0], micro), rng))
+        (grads, metrics), _ = lax.scan(body, zeros, (jnp.arange(accum_steps), micro))
+        return grads, metrics
+
+    def train_step(state: TrainState, batch: dict):
+        rng = jax.random.wrap_key_data(state.rng)
+        rng = jax.random.fold_in(jax.random.fold_in(rng, state.step), lax.axis_index(AXIS))
+        grad_sums, metrics = accumulate(state.params, batch, rng)
+        # Global token-normalised gradient: psum(g) / psum(n) == pmean(g) / pmean(n).
+        tokens = jnp.maximum(lax.pmean(metrics["tokens"], AXIS), 1e-9)
+        grads = jax.tree.map(lambda g: lax.pmean(g, AXIS) / tokens, grad_sums)
+        metrics = lax.psum(metrics, AXIS)
+        grad_norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        # A non-finite step leaves the state untouched; the host sees `nonfinite` and stops.
+        new = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, state)
+        metrics["grad_norm"] = grad_norm
+        metrics["nonfinite"] = 1.0 - finite.astype(jnp.float32)
+        if schedule is not None:
+            metrics["learning_rate"] = schedule(state.step)
+        return new, metrics
+
+    return train_step
+
+
+def make_eval_step(model: Transformer, *, label_smoothing: float, pad_id: int) -> Callable:
+    """Per-device ``eval_step(params, batch) -> ((), metric sums over the global batch)``."""
+    loss_fn = make_loss_fn(model, label_smoothing, pad_id)
+
+    def eval_step(params, batch):
+        _, metrics = loss_fn(params, batch, None)
+        return (), lax.psum(metrics, AXIS)
+
+    return eval_step

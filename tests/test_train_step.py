@@ -1,0 +1,124 @@
+"""Data-parallel step tests on 8 simulated CPU devices (tests/conftest.py sets XLA_FLAGS)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jformer.config import ModelConfig, TrainConfig
+from jformer.model import Transformer
+from jformer.schedules import make_optimizer
+from jformer.sharding import DataParallel, make_mesh
+from jformer.train_step import create_train_state, make_eval_step, make_train_step
+
+CFG = ModelConfig(vocab_size=31, d_model=16, num_heads=2, num_encoder_layers=1,
+                  num_decoder_layers=1, d_ff=24, max_len=16, dropout_rate=0.0)
+TCFG = TrainConfig(warmup_steps=2, learning_rate_scale=0.05, label_smoothing=0.1)
+
+
+def global_batch(seed, rows=16, S=6, T=5):
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(4, CFG.vocab_size, (rows, S)).astype(np.int32)
+    targets = rng.integers(4, CFG.vocab_size, (rows, T)).astype(np.int32)
+    # ragged lengths, so devices hold different numbers of real tokens
+    for r in range(rows):
+        inputs[r, rng.integers(2, S):] = 0
+        targets[r, rng.integers(1, T):] = 0
+    return {"inputs": inputs, "targets": targets}
+
+
+def run(parallelism, devices, steps=3, accum_steps=1, dropout=0.0):
+    import dataclasses
+    cfg = dataclasses.replace(CFG, dropout_rate=dropout)
+    model = Transformer(cfg)
+    tx, schedule = make_optimizer(TCFG, cfg.d_model)
+    dp = DataParallel(make_mesh(devices), parallelism)
+    step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0,
+                                      accum_steps=accum_steps, schedule=schedule))
+    state = dp.put_state(create_train_state(model, tx, 0, global_batch(0)))
+    history = []
+    for i in range(steps):
+        state, metrics = step(state, dp.put_batch(global_batch(i)))
+        history.append(dp.get_metrics(metrics))
+    return jax.device_get(dp.get_state(state)), history
+
+
+def assert_trees_close(a, b, atol):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=1e-5)
+
+
+def test_shard_map_and_pmap_give_same_parameters():
+    devices = jax.devices()
+    assert len(devices) == 8
+    a, ha = run("shard_map", devices)
+    b, hb = run("pmap", devices)
+    assert_trees_close(a.params, b.params, atol=1e-6)
+    assert int(a.step) == int(b.step) == 3
+    for m1, m2 in zip(ha, hb):
+        assert m1["loss"] == pytest.approx(m2["loss"], rel=1e-5)
+
+
+def test_eight_way_data_parallel_equals_one_device():
+    eight, h8 = run("shard_map", jax.devices())
+    one, h1 = run("shard_map", jax.devices()[:1])
+    assert_trees_close(eight.params, one.params, atol=2e-6)
+    assert h8[0]["tokens"] == h1[0]["tokens"]
+    # the parameters really moved
+    init = run("shard_map", jax.devices()[:1], steps=0)[0]
+    delta = max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in
+                zip(jax.tree_util.tree_leaves(one.params), jax.tree_util.tree_leaves(init.params)))
+    assert delta > 1e-3
+
+
+def test_gradient_accumulation_equals_large_batch():
+    big, _ = run("shard_map", jax.devices()[:2], accum_steps=1)
+    acc, _ = run("shard_map", jax.devices()[:2], accum_steps=4)
+    assert_trees_close(big.params, acc.params, atol=2e-6)
+
+
+def test_dropout_makes_steps_depend_on_rng_but_stay_reproducible():
+    a, _ = run("shard_map", jax.devices()[:2], steps=2, dropout=0.3)
+    b, _ = run("shard_map", jax.devices()[:2], steps=2, dropout=0.3)
+    c, _ = run("shard_map", jax.devices()[:2], steps=2, dropout=0.0)
+    assert_trees_close(a.params, b.params, atol=0)
+    assert any(np.abs(np.asarray(x) - np.asarray(y)).max() > 1e-4 for x, y in
+               zip(jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(c.params)))
+
+
+def test_nonfinite_loss_leaves_state_untouched():
+    model = Transformer(CFG)
+    tx, _ = make_optimizer(TCFG, CFG.d_model)
+    dp = DataParallel(make_mesh(jax.devices()[:2]))
+    step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0),
+                      donate_state=False)
+    state = dp.put_state(create_train_state(model, tx, 0, global_batch(0)))
+    bad = jax.tree.map(lambda p: p * jnp.nan, state.params)
+    poisoned = state.replace(params=jax.tree.map(lambda p, b: p.at[...].set(b) if p.ndim == 2
+                                                 and p.shape == (CFG.vocab_size, CFG.d_model)
+                                                 else p, state.params, bad))
+    new, metrics = step(poisoned, dp.put_batch(global_batch(0)))
+    assert dp.get_metrics(metrics)["nonfinite"] == 1.0
+    assert int(new.step) == 0
+
+
+def test_eval_step_sums_over_the_global_batch():
+    model = Transformer(CFG)
+    tx, _ = make_optimizer(TCFG, CFG.d_model)
+    state = create_train_state(model, tx, 0, global_batch(0))
+    dp = DataParallel(make_mesh(jax.devices()[:4]))
+    evaluate = dp.compile(make_eval_step(model, label_smoothing=0.0, pad_id=0),
+                          donate_state=False)
+    batch = global_batch(5)
+    _, m = evaluate(dp.put_state(state.params), dp.put_batch(batch))
+    m = dp.get_metrics(m)
+    assert m["tokens"] == float((batch["targets"] != 0).sum())
+    logits = model.apply({"params": state.params}, batch["inputs"], batch["targets"])
+    logp = jax.nn.log_softmax(logits)
+    nll = -np.take_along_axis(np.asarray(logp), batch["targets"][..., None], -1)[..., 0]
+    assert m["nll"] == pytest.approx(float((nll * (batch["targets"] != 0)).sum()), rel=1e-5)
+
+
+def test_put_batch_rejects_rows_not_divisible_by_devices():
+    dp = DataParallel(make_mesh(jax.devices()[:4]))
+    with pytest.raises(ValueError, match="multiple of the 4 local devices"):
+        dp.put_batch({"inputs": np.zeros((6, 3), np.int32)})
