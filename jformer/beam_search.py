@@ -1,0 +1,172 @@
+"""Beam search with the GNMT length penalty over a step function (paper 6.1).
+
+The standard alive/finished formulation: each row keeps ``W`` alive hypotheses (never
+containing EOS) and the ``W`` best finished ones. Every step takes the top ``2W``
+candidates of the ``W * V`` extensions, so that ``W`` alive survive even if ``W`` of
+them end in EOS; EOS candidates move to the finished set scored
+``log_prob_sum / length_penalty(length)`` (``length`` counts EOS) and are never extended.
+
+A row is done when its best finished score beats the best score any alive hypothesis
+can still reach, ``best_alive_log_prob / length_penalty(max_len)`` (log-probs only
+decrease and, for alpha >= 0, the penalty grows with length). Its outputs then freeze,
+so each row's result is what it would get decoded alone. See :mod:`jformer.decode` for
+the step function, the step/cache contract and the chunked early-exit loop.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jformer.decode import (DecodeResult, StepFn, call_step_fn, check_search_args,
+                            chunked_decode_loop, length_penalty)
+from jformer.types import PyTree
+
+
+class _BeamCarry(NamedTuple):
+    state: PyTree              # step_fn state, leaves [B*W, ...], row b*W + w = beam w
+    prev_BW: jax.Array         # int32 [B, W]: last token of each alive hypothesis
+    alive_BWT: jax.Array       # int32 [B, W, T]: alive tokens, pad_id beyond the step
+    alive_logp_BW: jax.Array   # float32 [B, W]: log-prob sums, sorted best first
+    fin_BWT: jax.Array         # int32 [B, W, T]: finished tokens, EOS then pad_id
+    fin_score_BW: jax.Array    # float32 [B, W]: penalised scores, sorted; -inf = empty
+    done_B: jax.Array          # bool [B]: the row's outputs are final
+    steps_B: jax.Array         # int32 [B]: steps that updated the row
+
+
+def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, *, max_len: int,
+               alpha: float, eos_id: int, pad_id: int, min_len: int) -> _BeamCarry:
+    """One step of beam search for every row; done rows keep their values."""
+    batch, w = c.prev_BW.shape
+    logp_NV, new_state = call_step_fn(step_fn, c.prev_BW.reshape(batch * w), step,
+                                      c.state, eos_id=eos_id, min_len=min_len)
+    vocab = logp_NV.shape[-1]
+    if vocab < 2:  # top 2W of W*V candidates
+        raise ValueError(f"step_fn's vocab must be >= 2 for beam search; got {vocab}")
+    # [B*W, V] -> [B, W, V] -> [B, W*V]: extend every alive hypothesis by every token.
+    ext_BWV = logp_NV.reshape(batch, w, vocab) + c.alive_logp_BW[:, :, None]
+    cand_logp_BC, cand_BC = lax.top_k(ext_BWV.reshape(batch, w * vocab), 2 * w)
+    parent_BC, token_BC = cand_BC // vocab, cand_BC % vocab
+    is_eos_BC = token_BC == eos_id
+
+    # Alive: the W best candidates that do not end in EOS.
+    alive_logp_BW, pick_BW = lax.top_k(jnp.where(is_eos_BC, -jnp.inf, cand_logp_BC), w)
+    parent_BW = jnp.take_along_axis(parent_BC, pick_BW, axis=1)
+    token_BW = jnp.take_along_axis(token_BC, pick_BW, axis=1)
+    alive_BWT = jnp.take_along_axis(c.alive_BWT, parent_BW[:, :, None], axis=1)
+    alive_BWT = lax.dynamic_update_slice(alive_BWT, token_BW[:, :, None], (0, 0, step))
+
+    # Finished: merge the old W with the EOS candidates (length step + 1, EOS counted).
+    new_score_BC = jnp.where(is_eos_BC, cand_logp_BC / length_penalty(step + 1, alpha),
+                             -jnp.inf)
+    # [B, W] ++ [B, 2W] -> [B, 3W] -> best W
+    fin_score_BW, pick_BW = lax.top_k(
+        jnp.concatenate([c.fin_score_BW, new_score_BC], axis=1), w)
+    is_new_BW = (pick_BW >= w) & (fin_score_BW > -jnp.inf)
+    new_parent_BW = jnp.take_along_axis(parent_BC, jnp.maximum(pick_BW - w, 0), axis=1)
+    # Old finished slot i is source i; a new one is its parent's prefix, source W + parent.
+    source_BW = jnp.where(pick_BW < w, pick_BW, w + new_parent_BW)
+    sources_BST = jnp.concatenate([c.fin_BWT, c.alive_BWT], axis=1)  # [B, 2W, T]
+    fin_BWT = jnp.take_along_axis(sources_BST, source_BW[:, :, None], axis=1)
+    # Position `step` is pad_id in both sources (finished: after EOS; alive: unwritten).
+    eos_col_BW1 = jnp.where(is_new_BW, eos_id, pad_id)[:, :, None].astype(jnp.int32)
+    fin_BWT = lax.dynamic_update_slice(fin_BWT, eos_col_BW1, (0, 0, step))
+
+    # The state follows the alive beams: gather rows b*W + parent along axis 0.
+    flat_parent_N = (jnp.arange(batch)[:, None] * w + parent_BW).reshape(batch * w)
+    state = jax.tree.map(lambda x: jnp.take(x, flat_parent_N, axis=0, mode="clip"),
+                         new_state)
+
+    def keep(old: jax.Array, new: jax.Array) -> jax.Array:
+        done = c.done_B.reshape((batch,) + (1,) * (old.ndim - 1))
+        return jnp.where(done, old, new)
+
+    out = _BeamCarry(state, keep(c.prev_BW, token_BW), keep(c.alive_BWT, alive_BWT),
+                     keep(c.alive_logp_BW, alive_logp_BW), keep(c.fin_BWT, fin_BWT),
+                     keep(c.fin_score_BW, fin_score_BW), c.done_B,
+                     c.steps_B + (~c.done_B).astype(jnp.int32))
+    best_alive_bound_B = out.alive_logp_BW[:, 0] / length_penalty(max_len, alpha)
+    return out._replace(done_B=c.done_B | (out.fin_score_BW[:, 0] > best_alive_bound_B))
+
+
+def _final_beams(c: _BeamCarry, *, alpha: float, eos_id: int,
+                 pad_id: int) -> tuple[jax.Array, ...]:
+    """Best W per row: finished first, then (flagged) alive ones, each by score.
+
+    Alive hypotheses fill the slots the finished set leaves empty (all of them when
+    none finished within max_len), scored with the penalty of their current length.
+    Slots with no hypothesis at all (only when fewer than W exist) keep score -inf.
+    """
+    batch, w, _ = c.fin_BWT.shape
+    fin_len_BW = jnp.argmax(c.fin_BWT == eos_id, axis=2).astype(jnp.int32) + 1
+    alive_len_BW = jnp.broadcast_to(c.steps_B[:, None], (batch, w))
+    alive_score_BW = c.alive_logp_BW / length_penalty(alive_len_BW, alpha)
+    # [B, W] ++ [B, W] -> [B, 2W]; rank 0 finished, 1 alive, 2 empty.
+    score_BS = jnp.concatenate([c.fin_score_BW, alive_score_BW], axis=1)
+    rank_BS = jnp.concatenate([jnp.where(c.fin_score_BW > -jnp.inf, 0, 2),
+                               jnp.where(c.alive_logp_BW > -jnp.inf, 1, 2)],
+                              axis=1).astype(jnp.int32)
+    order_BW = jnp.lexsort((-score_BS, rank_BS), axis=1)[:, :w]  # rank, then score
+    rank_BW = jnp.take_along_axis(rank_BS, order_BW, axis=1)
+    seqs_BWT = jnp.take_along_axis(jnp.concatenate([c.fin_BWT, c.alive_BWT], axis=1),
+                                   order_BW[:, :, None], axis=1)
+    seqs_BWT = jnp.where((rank_BW == 2)[:, :, None], pad_id, seqs_BWT)
+    lengths_BW = jnp.take_along_axis(jnp.concatenate([fin_len_BW, alive_len_BW], 1),
+                                     order_BW, axis=1)
+    scores_BW = jnp.take_along_axis(score_BS, order_BW, axis=1)
+    return seqs_BWT, scores_BW, jnp.where(rank_BW == 2, 0, lengths_BW), rank_BW == 0
+
+
+def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: int,
+                max_len: int, alpha: float, bos_id: int, eos_id: int, pad_id: int,
+                chunk_size: int = 8, min_len: int = 0) -> DecodeResult:
+    """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
+
+    Args:
+      step_fn: see :mod:`jformer.decode`; called on B*W rows with steps 0 .. max_len - 1.
+      state: pytree, every leaf [batch_size, ...]; tiled to [batch_size * beam_size, ...]
+        (row b*W + w is beam w of row b) and reordered each step along axis 0.
+      batch_size, beam_size, max_len: output tokens are [B, W, max_len].
+      alpha: length-penalty exponent >= 0 (0: plain log-prob sums).
+      bos_id, eos_id, pad_id: special ids (from the tokenizer / ModelConfig).
+      chunk_size: decode steps between early-exit checks.
+      min_len: EOS is forbidden before output position ``min_len``.
+
+    Returns:
+      DecodeResult, each row's hypotheses sorted best first (finished before unfinished):
+      tokens int32 [B, W, max_len] (EOS included, pad_id after), scores float32 [B, W]
+      (log-prob sum / length_penalty(lengths)), lengths int32 [B, W] (EOS counted),
+      finished bool [B, W] (False: an alive hypothesis returned because fewer than W
+      finished), num_steps.
+    """
+    chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
+                                   chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
+                                   eos_id=eos_id, pad_id=pad_id)
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1; got {beam_size!r}")
+    if not isinstance(alpha, (int, float)) or alpha < 0:
+        raise ValueError(f"alpha must be a float >= 0; got {alpha!r}")
+    b, w = batch_size, beam_size
+    # Only beam 0 starts alive, so the W identical copies do not fill the beam.
+    first_alive_W = jnp.where(jnp.arange(w) == 0, 0.0, -jnp.inf).astype(jnp.float32)
+    init = _BeamCarry(
+        # [B, ...] -> [B*W, ...], each row repeated W times (row b*W + w = beam w of b)
+        state=jax.tree.map(lambda x: jnp.repeat(x, w, axis=0), state),
+        prev_BW=jnp.full((b, w), bos_id, jnp.int32),
+        alive_BWT=jnp.full((b, w, max_len), pad_id, jnp.int32),
+        alive_logp_BW=jnp.broadcast_to(first_alive_W, (b, w)),
+        fin_BWT=jnp.full((b, w, max_len), pad_id, jnp.int32),
+        fin_score_BW=jnp.full((b, w), -jnp.inf, jnp.float32),
+        done_B=jnp.zeros((b,), bool),
+        steps_B=jnp.zeros((b,), jnp.int32))
+
+    def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
+        return _beam_step(c, step, step_fn, max_len=max_len, alpha=alpha, eos_id=eos_id,
+                          pad_id=pad_id, min_len=min_len)
+
+    out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
+                                         max_len=max_len, chunk_size=chunk_size)
+    return DecodeResult(*_final_beams(out, alpha=alpha, eos_id=eos_id, pad_id=pad_id),
+                        num_steps)
