@@ -1,0 +1,299 @@
+"""Length filtering, token-budget bucketing, packing plans and the resumable iterator.
+
+Batch plan. Each epoch the iterator computes a plan: which pairs form which batch, and
+in which order batches come. The plan is a pure function of (corpus lengths, options,
+seed, epoch), so resuming needs only ``{"epoch", "index"}``: the restored iterator
+recomputes the epoch's plan and skips to batch ``index`` without touching earlier data.
+
+* Bucketing: a pair goes to the first bucket boundary >= max(len(src), len(tgt)); both
+  sides are padded to that boundary. A bucket's batches have ``rows = max_tokens //
+  boundary`` rounded down to a multiple of ``num_devices`` (at least ``num_devices``), so
+  ``rows * boundary <= max_tokens`` and there is one batch shape per bucket. Pairs are
+  shuffled within buckets, then batch order is shuffled, both with an epoch-dependent
+  seed. A bucket's last, partial batch is filled up with all-PAD rows (no pair is
+  dropped; PAD rows carry zero loss weight).
+* Packing: pairs are shuffled, packed first-fit into rows of ``pack_len`` and grouped
+  into batches of fixed shape [rows, pack_len], then batch order is shuffled.
+
+Multi-host sharding: every host computes the same global plan and yields its own slice
+of the ROWS of every global batch (host h gets rows [h * r, (h + 1) * r) with r = rows /
+num_shards). Every host therefore yields the same number of batches with the same
+shapes, which is what a jitted step over a global mesh (and its collectives) needs;
+``num_devices`` is the GLOBAL device count and must be a multiple of ``num_shards``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import zlib
+from typing import Any, Iterator
+
+import numpy as np
+
+from jformer.data import packing
+from jformer.data.ragged import RaggedArray
+
+_log = logging.getLogger(__name__)
+Batch = dict[str, np.ndarray]
+
+
+def bucket_boundaries(max_len: int, step: int = 8) -> tuple[int, ...]:
+    """Padded lengths: multiples of ``step`` up to 8 * step, then the step doubles every
+    4 boundaries (8, 16, ..., 64, 80, 96, 112, 128, 160, ...), capped at max_len rounded
+    up to ``step``. Few shapes, and padding waste stays below about 1/4 per bucket."""
+    if max_len < 1 or step < 1:
+        raise ValueError(f"max_len and step must be >= 1; got {max_len}, {step}")
+    cap = -(-max_len // step) * step
+    out, b, stride = [], step, step
+    while b < cap:
+        out.append(b)
+        if b >= 8 * stride:
+            stride *= 2
+        b += stride
+    return tuple(out) + (cap,)
+
+
+def rows_for(width: int, max_tokens: int, num_devices: int) -> int:
+    """Rows of a batch padded to ``width``: max_tokens // width rounded DOWN to a multiple
+    of num_devices, and at least num_devices."""
+    rows = (max_tokens // width) // num_devices * num_devices
+    return max(rows, num_devices)
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterStats:
+    num_pairs: int  # pairs in
+    num_dropped: int  # pairs dropped as overlong (overlong="drop")
+    num_truncated: int  # pairs cut to the maximum lengths (overlong="truncate")
+
+
+def filter_by_length(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
+                     max_target_len: int, overlong: str = "drop"
+                     ) -> tuple[RaggedArray, RaggedArray, FilterStats]:
+    """Drops pairs with a side over its maximum length (lengths count the EOS), or, with
+    overlong="truncate", cuts them keeping the final EOS."""
+    if len(src) != len(tgt):
+        raise ValueError(f"src and tgt must have the same number of rows; got {len(src)} "
+                         f"and {len(tgt)}")
+    if overlong not in ("drop", "truncate"):
+        raise ValueError(f"overlong must be 'drop' or 'truncate'; got {overlong!r}")
+    too_long = (src.lengths > max_source_len) | (tgt.lengths > max_target_len)
+    n_long = int(too_long.sum())
+    if overlong == "truncate":
+        stats = FilterStats(len(src), 0, n_long)
+        if n_long:
+            src, tgt = src.truncate(max_source_len), tgt.truncate(max_target_len)
+    else:
+        stats = FilterStats(len(src), n_long, 0)
+        if n_long:
+            keep = np.flatnonzero(~too_long)
+            src, tgt = src.take(keep), tgt.take(keep)
+    if n_long:
+        _log.info("%s %d of %d pairs longer than %d (source) / %d (target) tokens",
+                  "truncated" if overlong == "truncate" else "dropped", n_long, len(too_long),
+                  max_source_len, max_target_len)
+    return src, tgt, stats
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchOptions:
+    """How a corpus becomes batches. ``max_tokens`` and ``num_devices`` are global."""
+
+    max_tokens: int  # budget per global batch: rows * padded length
+    boundaries: tuple[int, ...]  # bucket padded lengths (bucketing)
+    num_devices: int = 1  # global batch rows are a multiple of this
+    pad_id: int = 0
+    seed: int = 0
+    shuffle: bool = True
+    repeat: bool = True  # True: endless epochs (train); False: one pass (eval)
+    pack: bool = False
+    pack_len: int = 128
+    shard_index: int = 0  # this host
+    num_shards: int = 1  # hosts
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "num_devices", "pack_len", "num_shards"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive int; got {getattr(self, name)!r}")
+        b = self.boundaries
+        if not b or any(x < 1 for x in b) or list(b) != sorted(set(b)):
+            raise ValueError(f"boundaries must be increasing positive ints; got {b!r}")
+        if not 0 <= self.shard_index < self.num_shards:
+            raise ValueError(f"shard_index must be in [0, num_shards={self.num_shards}); "
+                             f"got {self.shard_index}")
+        if self.num_devices % self.num_shards:
+            raise ValueError(f"num_devices ({self.num_devices}, global) must be a multiple of "
+                             f"num_shards ({self.num_shards}) so every host gets whole rows")
+
+    def plan_key(self) -> str:
+        """The options that shape the global plan (not which shard this host takes)."""
+        d = dataclasses.asdict(self)
+        for k in ("shard_index", "num_shards"):
+            d.pop(k)
+        return repr(sorted(d.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """One epoch's global batches, in yield order. Batch k holds pairs
+    order[start[k]:start[k] + count[k]]; bucketing: padded to width[k] in rows[k] rows;
+    packing: those pairs' packed rows are packed_row[...] - row0[k]."""
+
+    order: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    width: np.ndarray
+    rows: np.ndarray
+    packed_row: np.ndarray | None = None
+    row0: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.start.size
+
+
+def bucket_plan(keys: np.ndarray, options: BatchOptions, rng: np.random.Generator | None
+                ) -> _Plan:
+    """Bucketed batches for pairs of length keys (int [n], max of both sides)."""
+    bounds = np.asarray(options.boundaries)
+    bucket = np.searchsorted(bounds, keys, side="left")
+    order = rng.permutation(keys.size) if rng is not None else np.arange(keys.size)
+    order = order[np.argsort(bucket[order], kind="stable")]  # grouped by bucket
+    counts = np.bincount(bucket, minlength=bounds.size)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    parts = []
+    for b in np.flatnonzero(counts):
+        rows = rows_for(int(bounds[b]), options.max_tokens, options.num_devices)
+        starts = np.arange(first[b], first[b] + counts[b], rows)
+        ends = np.minimum(starts + rows, first[b] + counts[b])
+        parts.append(np.stack([starts, ends - starts, np.full_like(starts, bounds[b]),
+                               np.full_like(starts, rows)]))
+    table = np.concatenate(parts, axis=1) if parts else np.zeros((4, 0), np.int64)
+    if rng is not None:
+        table = table[:, rng.permutation(table.shape[1])]
+    return _Plan(order, *table)
+
+
+def pack_plan(src_lens: np.ndarray, tgt_lens: np.ndarray, options: BatchOptions,
+              rng: np.random.Generator | None) -> _Plan:
+    """Packed batches of shape [rows, pack_len]."""
+    rows = rows_for(options.pack_len, options.max_tokens, options.num_devices)
+    order = rng.permutation(src_lens.size) if rng is not None else np.arange(src_lens.size)
+    row_of = packing.first_fit(src_lens, tgt_lens, order, options.pack_len)
+    by_row = np.argsort(row_of, kind="stable")
+    order, row_of = order[by_row], row_of[by_row]
+    num_batches = -(-(int(row_of[-1]) + 1) // rows) if row_of.size else 0
+    row0 = np.arange(num_batches) * rows
+    start = np.searchsorted(row_of, row0, side="left")
+    count = np.diff(np.append(start, row_of.size))
+    table = np.stack([start, count, np.full_like(start, options.pack_len),
+                      np.full_like(start, rows), row0])
+    if rng is not None:
+        table = table[:, rng.permutation(num_batches)]
+    return _Plan(order, *table[:4], packed_row=row_of, row0=table[4])
+
+
+class BatchIterator:
+    """Yields batches (dicts of int32 arrays, see the spec's batch format) of an encoded
+    parallel corpus, endlessly over epochs (repeat) or for one pass, resumable exactly
+    through :meth:`get_state` / :meth:`set_state`."""
+
+    def __init__(self, src: RaggedArray, tgt: RaggedArray, options: BatchOptions):
+        if len(src) != len(tgt):
+            raise ValueError(f"src and tgt must have the same number of rows; got {len(src)} "
+                             f"and {len(tgt)}")
+        if len(src) == 0:
+            raise ValueError("cannot batch an empty corpus (0 pairs)")
+        self._src, self._tgt, self.options = src, tgt, options
+        self._src_lens, self._tgt_lens = src.lengths, tgt.lengths
+        self._keys = np.maximum(self._src_lens, self._tgt_lens)
+        limit = options.pack_len if options.pack else options.boundaries[-1]
+        if self._keys.max() > limit:
+            raise ValueError(f"longest pair has {self._keys.max()} tokens, over the "
+                             f"{'pack_len' if options.pack else 'largest bucket'} {limit}; "
+                             f"filter by length first")
+        crc = zlib.crc32(self._src_lens.astype(np.int64).tobytes())
+        crc = zlib.crc32(self._tgt_lens.astype(np.int64).tobytes(), crc)
+        self._fingerprint = f"{zlib.crc32(options.plan_key().encode(), crc):08x}"
+        self._epoch, self._index = 0, 0
+        self._cached: tuple[int, _Plan] | None = None
+
+    # ------------------------------------------------------------------ plan
+    def _plan(self, epoch: int) -> _Plan:
+        if self._cached is None or self._cached[0] != epoch:
+            o = self.options
+            rng = np.random.default_rng([o.seed, epoch]) if o.shuffle else None
+            plan = (pack_plan(self._src_lens, self._tgt_lens, o, rng) if o.pack
+                    else bucket_plan(self._keys, o, rng))
+            self._cached = (epoch, plan)
+        return self._cached[1]
+
+    def num_batches(self, epoch: int = 0) -> int:
+        """Global batches in an epoch (the same on every host; with packing it may vary a
+        little between epochs)."""
+        return len(self._plan(epoch))
+
+    def batch_shapes(self) -> list[tuple[int, int]]:
+        """The (rows on this host, padded length) shapes batches can have."""
+        o = self.options
+        widths = [o.pack_len] if o.pack else list(o.boundaries)
+        return [(rows_for(w, o.max_tokens, o.num_devices) // o.num_shards, w) for w in widths]
+
+    # ------------------------------------------------------------------ batches
+    def _batch(self, plan: _Plan, k: int) -> Batch:
+        o = self.options
+        rows, width = int(plan.rows[k]), int(plan.width[k])
+        local = rows // o.num_shards
+        lo = o.shard_index * local  # this host's first row of the global batch
+        ids = plan.order[plan.start[k]: plan.start[k] + plan.count[k]]
+        if not o.pack:
+            ids = np.concatenate([ids, np.full(rows - ids.size, -1, ids.dtype)])[lo: lo + local]
+            return {"inputs": self._src.gather_padded(ids, width, o.pad_id),
+                    "targets": self._tgt.gather_padded(ids, width, o.pad_id)}
+        assert plan.packed_row is not None and plan.row0 is not None
+        row = plan.packed_row[plan.start[k]: plan.start[k] + plan.count[k]] - plan.row0[k]
+        mine = slice(*np.searchsorted(row, [lo, lo + local], side="left"))
+        return packing.packed_batch(self._src, self._tgt, ids[mine], row[mine] - lo, local,
+                                    width, o.pad_id)
+
+    def epoch_batches(self, epoch: int = 0) -> Iterator[Batch]:
+        """All batches of one epoch, without touching the iterator's state (for eval)."""
+        plan = self._plan(epoch)
+        for k in range(len(plan)):
+            yield self._batch(plan, k)
+
+    def __iter__(self) -> "BatchIterator":
+        return self
+
+    def __next__(self) -> Batch:
+        plan = self._plan(self._epoch)
+        if self._index >= len(plan):
+            if not self.options.repeat:
+                raise StopIteration
+            self._epoch, self._index = self._epoch + 1, 0
+            plan = self._plan(self._epoch)
+        batch = self._batch(plan, self._index)
+        self._index += 1
+        return batch
+
+    # ------------------------------------------------------------------ state
+    def get_state(self) -> dict[str, Any]:
+        """JSON-serialisable position: the next batch is batch ``index`` of ``epoch``."""
+        return {"epoch": self._epoch, "index": self._index, "fingerprint": self._fingerprint}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores a position from :meth:`get_state`; the same corpus and options (up to
+        the host sharding) must be in use, else ValueError."""
+        if not isinstance(state, dict) or not {"epoch", "index"} <= set(state):
+            raise ValueError(f"state must be a dict with 'epoch' and 'index'; got {state!r}")
+        epoch, index = state["epoch"], state["index"]
+        if not (isinstance(epoch, int) and isinstance(index, int) and epoch >= 0
+                and index >= 0):
+            raise ValueError(f"state epoch and index must be ints >= 0; got {state!r}")
+        fp = state.get("fingerprint", self._fingerprint)
+        if fp != self._fingerprint:
+            raise ValueError(f"state was saved for another corpus or batching options "
+                             f"(fingerprint {fp}, this iterator {self._fingerprint})")
+        if index > len(self._plan(epoch)):
+            raise ValueError(f"state index {index} is past the {len(self._plan(epoch))} "
+                             f"batches of epoch {epoch}")
+        self._epoch, self._index = epoch, index

@@ -1,0 +1,121 @@
+"""From a DataConfig to batches: load a split, get the tokenizer, encode, batch.
+
+``build_pipeline(data_cfg, workdir, "train")`` gives the tokenizer and an endless,
+shuffled, resumable batch iterator; ``"eval"`` / ``"test"`` give the raw pairs (for
+BLEU) and a one-pass, unshuffled, bucketed batch iterator (for the loss). Packing
+(data.pack) applies to training only.
+
+The tokenizer is ``data.vocab_path`` when set, else ``<workdir>/spm.model``, trained
+from the train split (source and target sentences, one shared vocabulary) when the file
+does not exist yet. Training writes the file atomically and is deterministic, so hosts
+of a multi-host run that race to create it all end up with the same model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from jformer.config import DataConfig
+from jformer.data import batching, sources
+from jformer.data.ragged import RaggedArray
+from jformer.tokenizer import Tokenizer
+
+SPM_FILENAME = "spm.model"
+
+_log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class DataSplit:
+    """What the trainer / evaluator gets for one split."""
+
+    tokenizer: Tokenizer
+    batches: batching.BatchIterator
+    # Raw (source, target) text of eval/test, all of it (also pairs the length filter kept
+    # out of `batches`), for BLEU; empty for "train" (it would only cost memory).
+    examples: list[sources.Pair]
+    filter_stats: batching.FilterStats
+    num_skipped: int  # pairs skipped on reading (an empty side)
+
+
+def tokenizer_path(data_cfg: DataConfig, workdir: str) -> str:
+    return data_cfg.vocab_path or os.path.join(workdir, SPM_FILENAME)
+
+
+def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
+                            train_pairs: list[sources.Pair] | None = None) -> Tokenizer:
+    """Loads data.vocab_path or <workdir>/spm.model; trains the latter if absent.
+
+    train_pairs: the train split, if the caller has it already (else it is loaded).
+    """
+    if data_cfg.vocab_path:
+        return Tokenizer.load(data_cfg.vocab_path)  # FileNotFoundError names the path
+    path = tokenizer_path(data_cfg, workdir)
+    if os.path.isfile(path):
+        return Tokenizer.load(path)
+    if train_pairs is None:
+        train_pairs = sources.load_split(data_cfg, "train")
+    sentences = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
+    return Tokenizer.train(sentences, path.removesuffix(".model"), data_cfg.vocab_size,
+                           model_type=data_cfg.vocab_model_type,
+                           character_coverage=data_cfg.vocab_character_coverage,
+                           sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
+
+
+def batch_options(data_cfg: DataConfig, *, pad_id: int, train: bool, num_devices: int = 1,
+                  shard_index: int = 0, num_shards: int = 1) -> batching.BatchOptions:
+    """BatchOptions for the train split (shuffled, endless, packed if data.pack) or an
+    evaluation split (in order, one pass, bucketed)."""
+    pack = data_cfg.pack and train
+    if pack and max(data_cfg.max_source_len, data_cfg.max_target_len) > data_cfg.pack_len:
+        raise ValueError(f"data.max_source_len ({data_cfg.max_source_len}) and "
+                         f"data.max_target_len ({data_cfg.max_target_len}) must be <= "
+                         f"data.pack_len ({data_cfg.pack_len}) when packing")
+    max_len = max(data_cfg.max_source_len, data_cfg.max_target_len)
+    return batching.BatchOptions(
+        max_tokens=data_cfg.max_tokens, boundaries=batching.bucket_boundaries(max_len),
+        num_devices=num_devices, pad_id=pad_id, seed=data_cfg.seed, shuffle=train,
+        repeat=train, pack=pack, pack_len=data_cfg.pack_len, shard_index=shard_index,
+        num_shards=num_shards)
+
+
+def encode_pairs(tokenizer: Tokenizer, pairs: list[sources.Pair]
+                 ) -> tuple[RaggedArray, RaggedArray]:
+    """Both sides encoded with EOS appended (batched, multi-threaded sentencepiece)."""
+    src = tokenizer.encode_lists([s for s, _ in pairs], add_eos=True)
+    tgt = tokenizer.encode_lists([t for _, t in pairs], add_eos=True)
+    return RaggedArray.from_rows(src), RaggedArray.from_rows(tgt)
+
+
+def build_pipeline(data_cfg: DataConfig, workdir: str, split: str = "train", *,
+                   num_devices: int = 1, shard_index: int = 0, num_shards: int = 1,
+                   tokenizer: Tokenizer | None = None) -> DataSplit:
+    """Loads ``split`` (train | eval | test), gets the tokenizer, encodes, batches.
+
+    num_devices: GLOBAL device count (batch rows are a multiple of it); shard_index /
+    num_shards: this host and the host count (each host yields its rows of every global
+    batch). tokenizer: reuse an already loaded one (else load or train, see module doc).
+    """
+    if split not in sources.SPLITS:
+        raise ValueError(f"split must be one of {sources.SPLITS}; got {split!r}")
+    corpus = sources.load_corpus(data_cfg, split)
+    if tokenizer is None:
+        tokenizer = load_or_train_tokenizer(
+            data_cfg, workdir, corpus.pairs if split == "train" else None)
+    src, tgt = encode_pairs(tokenizer, corpus.pairs)
+    src, tgt, stats = batching.filter_by_length(src, tgt, data_cfg.max_source_len,
+                                                data_cfg.max_target_len, data_cfg.overlong)
+    if len(src) == 0:
+        raise ValueError(f"all {stats.num_pairs} {split} pairs are longer than "
+                         f"data.max_source_len={data_cfg.max_source_len} or "
+                         f"data.max_target_len={data_cfg.max_target_len} tokens")
+    train = split == "train"
+    options = batch_options(data_cfg, pad_id=tokenizer.pad_id, train=train,
+                            num_devices=num_devices, shard_index=shard_index,
+                            num_shards=num_shards)
+    iterator = batching.BatchIterator(src, tgt, options)
+    _log.info("%s: %d pairs, %d source + %d target tokens, %d batches per epoch",
+              split, len(src), src.values.size, tgt.values.size, iterator.num_batches())
+    return DataSplit(tokenizer, iterator, [] if train else corpus.pairs, stats,
+                     corpus.num_skipped)

@@ -1,0 +1,197 @@
+"""Parallel text sources behind one interface: ``load_corpus(data_cfg, split)``.
+
+Splits are named logically, ``train | eval | test``; each source maps them to its own
+names (DataConfig.train_split / eval_split / test_split for files, tfds_*_split for
+TFDS). Sources:
+
+* ``demo``: the built-in generated English -> German corpus (jformer.data.demo_corpus).
+* ``text``: one sentence per line, files named by DataConfig.text_pattern with {split}
+  and {lang} placeholders (``.gz`` files are decompressed); ``text_format="tsv"``: one
+  file per split ({split} placeholder only), ``source<TAB>target`` per line, the columns
+  being data.src_lang then data.tgt_lang.
+* ``tfds``: a TFDS translation dataset (jformer.data.tfds_source).
+
+Bad input never crashes deep in the pipeline:
+* a missing file: FileNotFoundError naming the path;
+* invalid UTF-8: ValueError naming file and line (an encoding error usually means the
+  whole file is in another encoding, so it is not skipped silently);
+* source and target files of different line counts: ValueError naming both files and
+  both counts; a TSV line without exactly one TAB: ValueError naming file and line;
+* a pair with an empty (or whitespace-only) side: skipped, counted in
+  ``ParallelCorpus.num_skipped``, and logged as a warning naming the file(s) and the
+  first line numbers;
+* an empty corpus (no lines, or nothing left after skipping): ValueError naming the
+  file(s).
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import logging
+import os
+import zlib
+
+from jformer.config import DataConfig
+from jformer.data import demo_corpus
+
+SPLITS = ("train", "eval", "test")
+_SHOW_LINES = 5  # line numbers named in a skip warning
+
+_log = logging.getLogger(__name__)
+Pair = tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelCorpus:
+    """Sentence pairs (source, target) of one split, with what was skipped on reading."""
+
+    pairs: list[Pair]
+    origin: str  # the file(s) or dataset they came from, for messages
+    num_skipped: int = 0  # pairs skipped because a side was empty
+    skipped_lines: tuple[int, ...] = ()  # first few 1-based line numbers skipped
+
+
+def read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 text file (``.gz``: gzipped), without line terminators.
+
+    Lines split on ``\\n`` only (``str.splitlines`` would also split on Unicode separators
+    that can occur inside a sentence and would misalign parallel files).
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                data = f.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except (OSError, EOFError, zlib.error) as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}:{line}: invalid UTF-8 ({e.reason} at byte offset "
+                         f"{e.start}); convert the file to UTF-8") from e
+    text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the sentence
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
+
+
+def make_corpus(sources: list[str], targets: list[str], origin: str) -> ParallelCorpus:
+    """Pairs of stripped sentences; pairs with an empty side are skipped, counted and
+    logged with their 1-based line numbers; nothing left is a ValueError."""
+    pairs, skipped = [], []
+    for i, (s, t) in enumerate(zip(sources, targets)):
+        s, t = s.strip(), t.strip()
+        if s and t:
+            pairs.append((s, t))
+        else:
+            skipped.append(i + 1)
+    if skipped:
+        _log.warning("skipped %d pair(s) with an empty side in %s, line(s) %s%s", len(skipped),
+                     origin, ", ".join(map(str, skipped[:_SHOW_LINES])),
+                     ", ..." if len(skipped) > _SHOW_LINES else "")
+    if not pairs:
+        raise ValueError(f"empty corpus: no non-empty sentence pairs in {origin}")
+    return ParallelCorpus(pairs, origin, len(skipped), tuple(skipped[:_SHOW_LINES]))
+
+
+def read_parallel_text(src_path: str, tgt_path: str) -> ParallelCorpus:
+    """Line-aligned source and target files."""
+    sources, targets = read_lines(src_path), read_lines(tgt_path)
+    if len(sources) != len(targets):
+        raise ValueError(f"parallel files differ in line count: {src_path} has "
+                         f"{len(sources)} lines, {tgt_path} has {len(targets)}")
+    origin = f"{src_path} / {tgt_path}"
+    if not sources:
+        raise ValueError(f"empty corpus: {origin} have no lines")
+    return make_corpus(sources, targets, origin)
+
+
+def read_tsv(path: str) -> ParallelCorpus:
+    """``source<TAB>target`` lines; a blank line counts as a pair with empty sides."""
+    lines = read_lines(path)
+    if not lines:
+        raise ValueError(f"empty corpus: {path} has no lines")
+    sources, targets = [], []
+    for i, line in enumerate(lines):
+        fields = line.split("\t") if line.strip() else ["", ""]
+        if len(fields) != 2:
+            raise ValueError(f"{path}:{i + 1}: expected 'source<TAB>target' (2 fields); got "
+                             f"{len(fields)} field(s)")
+        sources.append(fields[0])
+        targets.append(fields[1])
+    return make_corpus(sources, targets, path)
+
+
+def split_name(data_cfg: DataConfig, split: str) -> str:
+    """The source's own name of a logical split (train | eval | test)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
+    if data_cfg.source == "tfds":
+        return {"train": data_cfg.tfds_train_split, "eval": data_cfg.tfds_eval_split,
+                "test": data_cfg.tfds_test_split}[split]
+    if data_cfg.source == "text":
+        return {"train": data_cfg.train_split, "eval": data_cfg.eval_split,
+                "test": data_cfg.test_split}[split]
+    return split
+
+
+def text_paths(data_cfg: DataConfig, split: str) -> list[str]:
+    """The file(s) a text/tsv split is read from: [src, tgt] or [tsv]."""
+    pattern, name = data_cfg.text_pattern, split_name(data_cfg, split)
+    if not pattern:
+        raise ValueError("data.text_pattern must be set for data.source='text', e.g. "
+                         "'data/{split}.{lang}'")
+    if data_cfg.text_format == "tsv":
+        if "{split}" not in pattern:
+            raise ValueError(f"data.text_pattern must contain {{split}} for tsv; got "
+                             f"{pattern!r}")
+        return [pattern.format(split=name)]
+    if "{split}" not in pattern or "{lang}" not in pattern:
+        raise ValueError(f"data.text_pattern must contain {{split}} and {{lang}}; got "
+                         f"{pattern!r}")
+    return [pattern.format(split=name, lang=lang)
+            for lang in (data_cfg.src_lang, data_cfg.tgt_lang)]
+
+
+def load_demo(data_cfg: DataConfig, split: str) -> ParallelCorpus:
+    """The built-in corpus (English -> German; de -> en swaps the sides, though several
+    English forms share one German sentence, so that direction is not deterministic)."""
+    langs = (data_cfg.src_lang, data_cfg.tgt_lang)
+    if langs not in (("en", "de"), ("de", "en")):
+        raise ValueError(f"the demo corpus is English-German; data.src_lang/tgt_lang must be "
+                         f"en/de or de/en; got {langs}")
+    corpus = demo_corpus.generate(data_cfg.demo_seed, data_cfg.demo_num_train,
+                                  data_cfg.demo_num_eval, data_cfg.demo_num_test)[split]
+    pairs = list(corpus) if langs == ("en", "de") else [(d, e) for e, d in corpus]
+    if not pairs:
+        raise ValueError(f"empty corpus: demo split {split!r} has 0 pairs "
+                         f"(data.demo_num_{split})")
+    return ParallelCorpus(pairs, f"demo corpus (seed {data_cfg.demo_seed}, {split})")
+
+
+def load_corpus(data_cfg: DataConfig, split: str) -> ParallelCorpus:
+    """Pairs (source, target) of a logical split (train | eval | test) from any source."""
+    name = split_name(data_cfg, split)
+    if data_cfg.source == "demo":
+        corpus = load_demo(data_cfg, split)
+    elif data_cfg.source == "text":
+        paths = text_paths(data_cfg, split)
+        corpus = read_tsv(paths[0]) if len(paths) == 1 else read_parallel_text(*paths)
+    else:
+        from jformer.data import tfds_source  # imports TensorFlow: only when asked for
+        corpus = tfds_source.load_tfds(data_cfg.tfds_name, name, data_cfg.src_lang,
+                                       data_cfg.tgt_lang, data_cfg.tfds_data_dir)
+    _log.info("loaded %d pairs (%s -> %s) from %s", len(corpus.pairs), data_cfg.src_lang,
+              data_cfg.tgt_lang, corpus.origin)
+    return corpus
+
+
+def load_split(data_cfg: DataConfig, split: str) -> list[Pair]:
+    """Just the (source, target) pairs of :func:`load_corpus`."""
+    return load_corpus(data_cfg, split).pairs

@@ -1,0 +1,228 @@
+"""Subword tokenizer: a thin, validated wrapper around a sentencepiece model.
+
+One vocabulary is shared by source and target (paper 5.1). Models are trained with
+``pad_id=0, unk_id=1, bos_id=2, eos_id=3`` and byte fallback, so no input is ever out of
+vocabulary (unknown characters become UTF-8 byte pieces); the ids are nevertheless read
+back from the loaded model, never assumed.
+
+Vocabulary size is a hard limit: training gives exactly ``vocab_size`` pieces or raises
+a ``ValueError`` saying how large the corpus allows it to be (sentencepiece's soft limit
+would silently give a smaller vocabulary than the config asks for; pass
+``hard_vocab_limit=False`` to accept that).
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import tempfile
+from typing import Iterable, Sequence
+
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # used only when training a model
+NUM_BYTE_PIECES = 256
+NUM_SPECIAL = 4
+MODEL_TYPES = ("bpe", "unigram")
+
+_log = logging.getLogger(__name__)
+
+
+def _default_threads() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _sample(sentences: Sequence[str], sample_size: int, seed: int) -> list[str]:
+    """A deterministic sample of at most sample_size non-empty sentences, in corpus order."""
+    if sample_size <= 0 or len(sentences) <= sample_size:
+        return [s for s in sentences if s]
+    rng = np.random.default_rng(seed)
+    keep = np.sort(rng.choice(len(sentences), size=sample_size, replace=False))
+    return [sentences[i] for i in keep if sentences[i]]
+
+
+class Tokenizer:
+    """A loaded sentencepiece model. Build with :meth:`train` or :meth:`load`."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor, path: str = ""):
+        self._sp = processor
+        self.path = path
+        if self._sp.eos_id() < 0 or self._sp.pad_id() < 0:
+            raise ValueError(f"sentencepiece model {path or '<memory>'} must define EOS and "
+                             f"PAD ids; got eos_id={self._sp.eos_id()}, "
+                             f"pad_id={self._sp.pad_id()}")
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Tokenizer":
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"sentencepiece model not found: {path}")
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.Load(path)
+        except (OSError, RuntimeError) as e:
+            raise ValueError(f"cannot load sentencepiece model {path}: {e}") from e
+        return cls(processor, path)
+
+    @classmethod
+    def train(cls, sentences: Iterable[str], model_prefix: str | os.PathLike,
+              vocab_size: int, model_type: str = "bpe", character_coverage: float = 1.0,
+              sample_size: int = 1_000_000, seed: int = 0, hard_vocab_limit: bool = True,
+              num_threads: int | None = None) -> "Tokenizer":
+        """Trains a model on ``sentences`` and writes ``<model_prefix>.model`` / ``.vocab``.
+
+        Deterministic (the same bytes for the same input): at most ``sample_size`` sentences
+        are drawn with ``seed`` (kept in corpus order) and fed in memory through
+        sentencepiece's sentence_iterator with its own shuffling off. The files appear
+        atomically (written under a temporary name, then renamed), so several processes
+        training the same model cannot leave a torn file.
+        """
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES}; got {model_type!r}")
+        min_size = NUM_BYTE_PIECES + NUM_SPECIAL + 1
+        if not isinstance(vocab_size, int) or vocab_size < min_size:
+            raise ValueError(
+                f"vocab_size must be >= {min_size} with byte fallback ({NUM_BYTE_PIECES} byte "
+                f"pieces + {NUM_SPECIAL} special ids + the corpus characters); got {vocab_size!r}")
+        if not 0.0 < character_coverage <= 1.0:
+            raise ValueError(f"character_coverage must be in (0, 1]; got {character_coverage}")
+        corpus = _sample(list(sentences), sample_size, seed)
+        if not corpus:
+            raise ValueError("cannot train a tokenizer on an empty corpus (no non-empty "
+                             "sentences)")
+        model_bytes = _run_trainer(corpus, vocab_size, model_type, character_coverage, seed,
+                                   hard_vocab_limit, num_threads or _default_threads())
+        model_prefix = os.fspath(model_prefix)
+        _write_atomically(model_prefix + ".model", model_bytes)
+        tokenizer = cls.load(model_prefix + ".model")
+        vocab = "".join(f"{tokenizer.id_to_piece(i)}\t{tokenizer._sp.GetScore(i)}\n"
+                        for i in range(tokenizer.vocab_size))
+        _write_atomically(model_prefix + ".vocab", vocab.encode("utf-8"))  # for reading
+        _log.info("trained %s tokenizer %s.model: %d pieces from %d sentences", model_type,
+                  model_prefix, tokenizer.vocab_size, len(corpus))
+        return tokenizer
+
+    # ------------------------------------------------------------------ special ids
+    @property
+    def pad_id(self) -> int:
+        return self._sp.pad_id()
+
+    @property
+    def unk_id(self) -> int:
+        return self._sp.unk_id()
+
+    @property
+    def bos_id(self) -> int:
+        return self._sp.bos_id()
+
+    @property
+    def eos_id(self) -> int:
+        return self._sp.eos_id()
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.vocab_size()
+
+    def id_to_piece(self, i: int) -> str:
+        return self._sp.IdToPiece(int(i))
+
+    # ------------------------------------------------------------------ encode / decode
+    def encode(self, texts: Sequence[str], add_eos: bool = True,
+               num_threads: int | None = None) -> list[np.ndarray]:
+        """Batched encoding: one int32 [len] array per text (EOS appended if add_eos)."""
+        ids = self.encode_lists(texts, add_eos, num_threads)
+        return [np.asarray(row, dtype=np.int32) for row in ids]
+
+    def encode_lists(self, texts: Sequence[str], add_eos: bool = True,
+                     num_threads: int | None = None) -> list[list[int]]:
+        """Like :meth:`encode` but returns plain lists (what sentencepiece gives back)."""
+        if isinstance(texts, str):
+            raise ValueError("texts must be a sequence of strings, not one string")
+        texts = list(texts)
+        if not texts:
+            return []
+        return self._sp.Encode(texts, out_type=int, add_eos=add_eos,
+                               num_threads=num_threads or _default_threads())
+
+    def decode(self, rows: Sequence[Sequence[int]] | np.ndarray,
+               num_threads: int | None = None) -> list[str]:
+        """Decodes id rows (a list of sequences or an int [batch, len] array).
+
+        Each row is cut at its first EOS; PAD and BOS ids are dropped.
+        """
+        if isinstance(rows, np.ndarray):
+            if rows.ndim != 2:
+                raise ValueError(f"rows must be an int [batch, len] array; got shape "
+                                 f"{rows.shape}")
+            cleaned = self._clean_2d(rows)
+        else:
+            cleaned = [self._clean_2d(np.asarray(r).reshape(1, -1))[0] for r in rows]
+        if not cleaned:
+            return []
+        return self._sp.Decode(cleaned, num_threads=num_threads or _default_threads())
+
+    def _clean_2d(self, ids_BL: np.ndarray) -> list[list[int]]:
+        """Rows of ids_BL [batch, len] cut before the first EOS, without PAD/BOS."""
+        if not np.issubdtype(ids_BL.dtype, np.integer):
+            raise ValueError(f"ids must be integers; got dtype {ids_BL.dtype}")
+        is_eos_BL = ids_BL == self.eos_id
+        first_eos_B = np.where(is_eos_BL.any(axis=1), is_eos_BL.argmax(axis=1), ids_BL.shape[1])
+        keep_BL = np.arange(ids_BL.shape[1])[None, :] < first_eos_B[:, None]
+        keep_BL &= (ids_BL != self.pad_id) & (ids_BL != self.bos_id)
+        flat = ids_BL[keep_BL].astype(np.int64).tolist()
+        ends = np.cumsum(keep_BL.sum(axis=1)).tolist()
+        return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    out_dir = os.path.dirname(os.path.abspath(path))
+    os.makedirs(out_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-" + os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _run_trainer(corpus: list[str], vocab_size: int, model_type: str,
+                 character_coverage: float, seed: int, hard_vocab_limit: bool,
+                 num_threads: int) -> bytes:
+    """Runs SentencePieceTrainer in memory (no path ends up inside the model, so equal
+    inputs give equal bytes); turns its capacity errors into clear ValueErrors."""
+    spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.Train(
+            sentence_iterator=iter(corpus), model_writer=model, vocab_size=vocab_size,
+            model_type=model_type, character_coverage=character_coverage,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, byte_fallback=True,
+            input_sentence_size=0, shuffle_input_sentence=False,
+            hard_vocab_limit=hard_vocab_limit, num_threads=num_threads,
+            # Long lines (TSV dumps, documents) would otherwise be skipped silently.
+            max_sentence_length=1 << 16, minloglevel=2)
+    except RuntimeError as e:
+        msg = str(e)
+        corpus_desc = (f"{len(corpus)} sentences, {sum(map(len, corpus))} characters, "
+                       f"{len(set(''.join(corpus)))} distinct characters")
+        too_high = re.search(r"Vocabulary size too high \((\d+)\).*<= (\d+)", msg)
+        if too_high:
+            raise ValueError(
+                f"vocab_size={vocab_size} is too large for this corpus ({corpus_desc}): "
+                f"sentencepiece can build at most {too_high.group(2)} pieces from it. Use a "
+                f"smaller vocab_size (data.vocab_size) or a larger corpus.") from e
+        too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", msg)
+        if too_low:
+            raise ValueError(
+                f"vocab_size={vocab_size} is too small for this corpus ({corpus_desc}): it "
+                f"needs at least {too_low.group(2)} pieces for its characters, special ids "
+                f"and the {NUM_BYTE_PIECES} byte-fallback pieces. Use a larger vocab_size or "
+                f"a lower character_coverage.") from e
+        raise ValueError(f"sentencepiece training failed ({corpus_desc}, "
+                         f"vocab_size={vocab_size}): {msg}") from e
+    return model.getvalue()

@@ -1,0 +1,285 @@
+"""Tests for jformer.data.batching, packing and ragged: shapes, budgets, determinism,
+exact resumption, host sharding and packing invariants."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from jformer.data import batching, packing
+from jformer.data.ragged import RaggedArray
+
+PAD, EOS = 0, 3
+
+
+def _corpus(n: int = 537, max_len: int = 45, seed: int = 0) -> tuple[RaggedArray, RaggedArray]:
+    """Random pairs; token ids >= 4, each row ends with EOS; lengths 2..max_len."""
+    rng = np.random.default_rng(seed)
+
+    def rows(lengths):
+        return [np.append(rng.integers(4, 500, size=k - 1), EOS).astype(np.int32)
+                for k in lengths]
+
+    src_len = rng.integers(2, max_len + 1, size=n)
+    tgt_len = np.clip(src_len + rng.integers(-4, 6, size=n), 2, max_len)
+    return RaggedArray.from_rows(rows(src_len)), RaggedArray.from_rows(rows(tgt_len))
+
+
+def _options(**kw) -> batching.BatchOptions:
+    base = dict(max_tokens=512, boundaries=batching.bucket_boundaries(48), pad_id=PAD, seed=3)
+    base.update(kw)
+    return batching.BatchOptions(**base)
+
+
+def _take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def _assert_same(batches_a, batches_b):
+    assert len(batches_a) == len(batches_b)
+    for a, b in zip(batches_a, batches_b):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def _rows_of(batch, key):
+    """Unpadded rows of an unpacked batch (all-pad rows dropped), as tuples."""
+    return [tuple(r[r != PAD]) for r in batch[key] if (r != PAD).any()]
+
+
+# ----------------------------------------------------------------------------- ragged
+def test_ragged_take_truncate_gather():
+    r = RaggedArray.from_rows([[5, 6, EOS], [7, EOS], [8, 9, 10, 11, EOS]])
+    assert r.lengths.tolist() == [3, 2, 5]
+    assert [x.tolist() for x in r.take(np.array([2, 0])).to_rows()] == [[8, 9, 10, 11, EOS],
+                                                                      [5, 6, EOS]]
+    assert [x.tolist() for x in r.truncate(3).to_rows()] == [[5, 6, EOS], [7, EOS],
+                                                             [8, 9, EOS]]
+    out = r.gather_padded(np.array([1, -1, 2]), 6, PAD)
+    assert out.dtype == np.int32
+    assert out.tolist() == [[7, EOS, 0, 0, 0, 0], [0] * 6, [8, 9, 10, 11, EOS, 0]]
+    with pytest.raises(ValueError, match="does not fit width 4"):
+        r.gather_padded(np.array([2]), 4, PAD)
+
+
+# ----------------------------------------------------------------------------- plan pieces
+def test_bucket_boundaries_and_rows():
+    assert batching.bucket_boundaries(128) == (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128)
+    assert batching.bucket_boundaries(100)[-2:] == (96, 104)
+    assert batching.bucket_boundaries(5) == (8,)
+    for width in (8, 24, 40, 128):
+        for devices in (1, 2, 3, 8):
+            rows = batching.rows_for(width, 1000, devices)
+            assert rows % devices == 0 and rows >= devices
+            assert rows * width <= 1000 or rows == devices
+    assert batching.rows_for(128, 1000, 8) == 8  # budget too small: still one row a device
+
+
+def test_filter_by_length_drop_and_truncate():
+    src, tgt = _corpus(300, max_len=40)
+    s2, t2, stats = batching.filter_by_length(src, tgt, 20, 25, "drop")
+    too_long = (src.lengths > 20) | (tgt.lengths > 25)
+    assert stats == batching.FilterStats(300, int(too_long.sum()), 0)
+    assert len(s2) == len(t2) == 300 - too_long.sum()
+    assert s2.lengths.max() <= 20 and t2.lengths.max() <= 25
+    s3, t3, stats = batching.filter_by_length(src, tgt, 20, 25, "truncate")
+    assert stats.num_truncated == too_long.sum() and len(s3) == 300
+    assert s3.lengths.max() == 20 and t3.lengths.max() == 25
+    assert all(row[-1] == EOS and (row[:-1] != EOS).all() for row in s3.to_rows())
+    i = int(np.argmax(src.lengths))
+    np.testing.assert_array_equal(s3.row(i)[:19], src.row(i)[:19])
+    with pytest.raises(ValueError, match="overlong must be"):
+        batching.filter_by_length(src, tgt, 20, 25, "cut")
+
+
+def test_options_validation():
+    with pytest.raises(ValueError, match=r"num_devices \(3, global\) must be a multiple of "
+                                         r"num_shards \(2\)"):
+        _options(num_devices=3, num_shards=2)
+    with pytest.raises(ValueError, match="shard_index must be in"):
+        _options(shard_index=2, num_shards=2, num_devices=2)
+    with pytest.raises(ValueError, match="boundaries must be increasing"):
+        _options(boundaries=(16, 8))
+    src, tgt = _corpus(20, max_len=45)
+    with pytest.raises(ValueError, match="over the largest bucket 16"):
+        batching.BatchIterator(src, tgt, _options(boundaries=(8, 16)))
+    with pytest.raises(ValueError, match="empty corpus"):
+        batching.BatchIterator(src.take(np.array([], int)), tgt.take(np.array([], int)),
+                               _options())
+
+
+# ----------------------------------------------------------------------------- bucketing
+@pytest.mark.parametrize("num_devices", [1, 4])
+def test_bucketed_epoch_covers_every_pair_once_within_budget(num_devices):
+    src, tgt = _corpus()
+    it = batching.BatchIterator(src, tgt, _options(num_devices=num_devices))
+    seen, shapes = [], set()
+    for batch in it.epoch_batches(0):
+        assert set(batch) == {"inputs", "targets"}
+        rows, width = batch["inputs"].shape
+        assert batch["targets"].shape == (rows, width) and batch["inputs"].dtype == np.int32
+        assert width in it.options.boundaries and rows % num_devices == 0
+        assert rows * width <= 512
+        shapes.add((rows, width))
+        for key in ("inputs", "targets"):  # right-padded: nothing but PAD after the EOS
+            x = batch[key]
+            n_real = (x != PAD).sum(axis=1)
+            assert (x[np.arange(rows), np.maximum(n_real - 1, 0)][n_real > 0] == EOS).all()
+            assert ((np.arange(width) >= n_real[:, None]) == (x == PAD)).all()
+        seen += list(zip(_rows_of(batch, "inputs"), _rows_of(batch, "targets")))
+    expected = [(tuple(s), tuple(t)) for s, t in zip(src.to_rows(), tgt.to_rows())]
+    assert sorted(seen) == sorted(expected)
+    assert shapes <= set(it.batch_shapes()) and len(shapes) <= len(it.options.boundaries)
+
+
+def test_shuffle_is_deterministic_and_changes_per_epoch():
+    src, tgt = _corpus()
+    a = batching.BatchIterator(src, tgt, _options())
+    b = batching.BatchIterator(src, tgt, _options())
+    n = a.num_batches()
+    _assert_same(_take(a, n + 3), _take(b, n + 3))
+    e0, e1 = list(a.epoch_batches(0)), list(a.epoch_batches(1))
+    assert [x["inputs"].shape for x in e0] != [x["inputs"].shape for x in e1]
+    other = batching.BatchIterator(src, tgt, _options(seed=4))
+    assert not all(np.array_equal(x["inputs"], y["inputs"])
+                   for x, y in zip(e0, other.epoch_batches(0)))
+
+
+def test_eval_iterator_is_one_pass_in_order():
+    src, tgt = _corpus(100)
+    it = batching.BatchIterator(src, tgt, _options(shuffle=False, repeat=False))
+    batches = list(it)
+    assert len(batches) == it.num_batches()
+    assert list(it) == []  # exhausted: no second epoch
+    _assert_same(batches, list(it.epoch_batches(0)))
+    it.set_state({"epoch": 0, "index": 0})
+    _assert_same(batches, list(it))
+
+
+# ----------------------------------------------------------------------------- resumption
+@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("where", ["mid_epoch", "epoch_end", "second_epoch"])
+def test_exact_resumption_across_epochs(pack, where):
+    src, tgt = _corpus(211)
+    options = _options(pack=pack, pack_len=48, max_tokens=256, num_devices=2)
+    ref = batching.BatchIterator(src, tgt, options)
+    n = ref.num_batches(0)
+    stop = {"mid_epoch": n // 2, "epoch_end": n, "second_epoch": n + 3}[where]
+    uninterrupted = _take(ref, stop + 9)
+    first = batching.BatchIterator(src, tgt, options)
+    _take(first, stop)
+    state = json.loads(json.dumps(first.get_state()))
+    assert set(state) >= {"epoch", "index"}
+    restored = batching.BatchIterator(src, tgt, options)
+    restored.set_state(state)
+    _assert_same(_take(restored, 9), uninterrupted[stop:])
+
+
+def test_set_state_rejects_bad_or_foreign_state():
+    src, tgt = _corpus(100)
+    it = batching.BatchIterator(src, tgt, _options())
+    other = batching.BatchIterator(src, tgt, _options(max_tokens=1024))
+    with pytest.raises(ValueError, match="another corpus or batching options"):
+        it.set_state(other.get_state())
+    with pytest.raises(ValueError, match="must be a dict with 'epoch' and 'index'"):
+        it.set_state({"step": 3})
+    with pytest.raises(ValueError, match="ints >= 0"):
+        it.set_state({"epoch": -1, "index": 0})
+    with pytest.raises(ValueError, match="past the"):
+        it.set_state({"epoch": 0, "index": 10_000})
+
+
+# ----------------------------------------------------------------------------- sharding
+@pytest.mark.parametrize("pack", [False, True])
+def test_host_shards_split_every_global_batch(pack):
+    src, tgt = _corpus(300)
+    kw = dict(pack=pack, pack_len=48, num_devices=4)
+    whole = batching.BatchIterator(src, tgt, _options(**kw))
+    hosts = [batching.BatchIterator(src, tgt, _options(**kw, shard_index=h, num_shards=2))
+             for h in range(2)]
+    n = whole.num_batches(1)
+    assert all(h.num_batches(1) == n for h in hosts)
+    glob = list(whole.epoch_batches(1))
+    parts = [list(h.epoch_batches(1)) for h in hosts]
+    for k in range(n):
+        for key in glob[k]:
+            assert parts[0][k][key].shape == parts[1][k][key].shape
+            np.testing.assert_array_equal(
+                np.concatenate([parts[0][k][key], parts[1][k][key]]), glob[k][key])
+
+
+# ----------------------------------------------------------------------------- packing
+def _check_packed_batch(batch, rows, pack_len):
+    for side in ("inputs", "targets"):
+        tok, seg, pos = batch[side], batch[f"{side}_segmentation"], batch[f"{side}_position"]
+        assert tok.shape == seg.shape == pos.shape == (rows, pack_len)
+        assert tok.dtype == seg.dtype == pos.dtype == np.int32
+        assert ((seg == 0) == (tok == PAD)).all() and (pos[seg == 0] == 0).all()
+        for r in range(rows):
+            ids = seg[r][seg[r] > 0]
+            # Segments are contiguous, numbered 1, 2, ... in order; padding only at the end.
+            assert (np.diff(seg[r][: ids.size]) >= 0).all() and (seg[r][ids.size:] == 0).all()
+            assert ids.size == 0 or (np.unique(ids) == np.arange(1, ids.max() + 1)).all()
+            for s in np.unique(ids):
+                where = np.flatnonzero(seg[r] == s)
+                np.testing.assert_array_equal(pos[r, where], np.arange(where.size))
+                assert tok[r, where[-1]] == EOS and (tok[r, where[:-1]] != EOS).all()
+    # Pair k of a row is segment k on both sides.
+    assert (batch["inputs_segmentation"].max(1) == batch["targets_segmentation"].max(1)).all()
+
+
+def _segments(batch, side):
+    tok, seg = batch[side], batch[f"{side}_segmentation"]
+    return [tuple(tok[r][seg[r] == s]) for r in range(tok.shape[0])
+            for s in range(1, seg[r].max() + 1)]
+
+
+def test_packing_invariants_and_every_token_kept():
+    src, tgt = _corpus(400, max_len=40)
+    it = batching.BatchIterator(src, tgt, _options(pack=True, pack_len=64, max_tokens=1024,
+                                                   num_devices=2))
+    rows = batching.rows_for(64, 1024, 2)
+    pairs, real, slots = [], 0, 0
+    for batch in it.epoch_batches(0):
+        assert set(batch) == {"inputs", "targets", "inputs_segmentation",
+                              "targets_segmentation", "inputs_position", "targets_position"}
+        _check_packed_batch(batch, rows, 64)
+        pairs += list(zip(_segments(batch, "inputs"), _segments(batch, "targets")))
+        real += int((batch["inputs"] != PAD).sum() + (batch["targets"] != PAD).sum())
+        slots += 2 * batch["inputs"].size
+    expected = [(tuple(s), tuple(t)) for s, t in zip(src.to_rows(), tgt.to_rows())]
+    assert sorted(pairs) == sorted(expected)
+    assert real / slots > 0.85  # short pairs in 64-slot rows pack densely
+
+
+def test_first_fit_places_in_the_first_row_that_fits():
+    src = np.array([5, 3, 4, 2, 6])
+    tgt = np.array([5, 3, 4, 2, 2])
+    row_of = packing.first_fit(src, tgt, np.arange(5), pack_len=8)
+    # 5 -> row 0 (3 left); 3 -> row 0 (0 left, closed); 4 -> row 1; 2 -> row 1; 6 -> row 2.
+    assert row_of.tolist() == [0, 0, 1, 1, 2]
+    with pytest.raises(ValueError, match="must fit pack_len=4"):
+        packing.first_fit(src, tgt, np.arange(5), pack_len=4)
+
+
+def test_packed_batch_layout_by_hand():
+    src = RaggedArray.from_rows([[5, EOS], [6, 7, EOS], [8, EOS]])
+    tgt = RaggedArray.from_rows([[9, 9, EOS], [10, EOS], [11, EOS]])
+    batch = packing.packed_batch(src, tgt, np.array([0, 1, 2]), np.array([0, 0, 1]), 3, 6, PAD)
+    assert batch["inputs"].tolist() == [[5, EOS, 6, 7, EOS, 0], [8, EOS, 0, 0, 0, 0], [0] * 6]
+    assert batch["inputs_segmentation"].tolist() == [[1, 1, 2, 2, 2, 0], [1, 1, 0, 0, 0, 0],
+                                                     [0] * 6]
+    assert batch["inputs_position"].tolist() == [[0, 1, 0, 1, 2, 0], [0, 1, 0, 0, 0, 0], [0] * 6]
+    assert batch["targets"].tolist() == [[9, 9, EOS, 10, EOS, 0], [11, EOS, 0, 0, 0, 0],
+                                         [0] * 6]
+    assert batch["targets_position"].tolist() == [[0, 1, 2, 0, 1, 0], [0, 1, 0, 0, 0, 0],
+                                                  [0] * 6]
+
+
+def test_packing_budget_and_device_multiple():
+    src, tgt = _corpus(200, max_len=30)
+    opts = _options(pack=True, pack_len=32, max_tokens=300, num_devices=4)
+    shapes = {b["inputs"].shape for b in batching.BatchIterator(src, tgt, opts).epoch_batches()}
+    assert shapes == {(8, 32)}  # 300 // 32 = 9 rows, rounded down to a multiple of 4
+    assert dataclasses.replace(opts, num_devices=2).plan_key() != opts.plan_key()

@@ -1,0 +1,115 @@
+"""Tests for jformer.tokenizer: training, loading, special ids, batched encode/decode."""
+import numpy as np
+import pytest
+
+from jformer.data import demo_corpus
+from jformer.tokenizer import Tokenizer
+
+VOCAB = 400
+
+
+def _sentences(n: int = 300) -> list[str]:
+    pairs = demo_corpus.generate(0, n, 0, 0)["train"]
+    return [s for s, _ in pairs] + [t for _, t in pairs]
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory) -> Tokenizer:
+    prefix = tmp_path_factory.mktemp("spm") / "spm"
+    return Tokenizer.train(_sentences(), prefix, VOCAB, num_threads=2)
+
+
+def test_special_ids_and_size_come_from_the_model(tok):
+    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
+    assert tok.vocab_size == VOCAB
+    assert tok.id_to_piece(tok.eos_id) == "</s>"
+
+
+def test_load_round_trip(tok):
+    again = Tokenizer.load(tok.path)
+    texts = _sentences(20)
+    assert [a.tolist() for a in again.encode(texts)] == [b.tolist() for b in tok.encode(texts)]
+    assert again.vocab_size == tok.vocab_size
+
+
+def test_encode_is_batched_int32_with_eos(tok):
+    texts = ["Ein großer Hund.", "Es ist halb vier.", "I see two red apples."]
+    ids = tok.encode(texts)
+    assert len(ids) == 3
+    for row in ids:
+        assert row.dtype == np.int32 and row.ndim == 1
+        assert row[-1] == tok.eos_id and (row[:-1] != tok.eos_id).all()
+    no_eos = tok.encode(texts, add_eos=False)
+    assert [r.tolist() for r in no_eos] == [r[:-1].tolist() for r in ids]
+    assert tok.encode([]) == []
+
+
+def test_round_trip_with_byte_fallback_never_unknown(tok):
+    texts = ["The number is three hundred and forty-five.", "Straße, Äpfel, Tür, weiß",
+             "漢字 ☃ 🙂 ŋ Ω", "   spaced   out  "]
+    ids = tok.encode(texts)
+    assert all((row != tok.unk_id).all() for row in ids)
+    decoded = tok.decode(ids)
+    assert decoded[:3] == texts[:3]
+    assert decoded[3] == "spaced out"  # sentencepiece normalises whitespace
+
+
+def test_decode_stops_at_eos_and_skips_pad_and_bos(tok):
+    a, b = tok.encode(["Es ist ein Uhr.", "Wir treffen uns um fünf nach drei."], add_eos=False)
+    width = max(a.size, b.size) + 4
+    ids_BL = np.full((2, width), tok.pad_id, np.int32)
+    ids_BL[0, 0] = tok.bos_id
+    ids_BL[0, 1:1 + a.size] = a
+    ids_BL[0, 1 + a.size] = tok.eos_id
+    ids_BL[0, 2 + a.size] = b[0]  # after EOS: ignored
+    ids_BL[1, : b.size] = b
+    assert tok.decode(ids_BL) == ["Es ist ein Uhr.", "Wir treffen uns um fünf nach drei."]
+    assert tok.decode([ids_BL[0], b]) == tok.decode(ids_BL)
+
+
+def test_training_is_deterministic(tmp_path):
+    sents = _sentences(200)
+    t1 = Tokenizer.train(sents, tmp_path / "a", 350, sample_size=300, seed=5)
+    t2 = Tokenizer.train(sents, tmp_path / "b", 350, sample_size=300, seed=5)
+    assert (tmp_path / "a.model").read_bytes() == (tmp_path / "b.model").read_bytes()
+    assert t1.vocab_size == t2.vocab_size == 350
+
+
+def test_unigram_model(tmp_path):
+    t = Tokenizer.train(_sentences(200), tmp_path / "u", 350, model_type="unigram")
+    text = "Die Zahl ist einundzwanzig."
+    assert t.decode(t.encode([text])) == [text]
+    assert t.eos_id == 3
+
+
+def test_vocab_below_byte_fallback_minimum(tmp_path):
+    with pytest.raises(ValueError, match=r"vocab_size must be >= 261 with byte fallback"):
+        Tokenizer.train(_sentences(50), tmp_path / "s", 200)
+
+
+def test_vocab_too_small_for_the_characters(tmp_path):
+    with pytest.raises(ValueError, match=r"vocab_size=262 is too small for this corpus"):
+        Tokenizer.train(_sentences(50), tmp_path / "s", 262)
+
+
+def test_vocab_too_large_for_a_tiny_corpus(tmp_path):
+    sents = ["a tiny corpus", "with few words"]
+    with pytest.raises(ValueError, match=r"vocab_size=5000 is too large for this corpus "
+                                         r"\(2 sentences.*at most \d+ pieces"):
+        Tokenizer.train(sents, tmp_path / "s", 5000)
+    soft = Tokenizer.train(sents, tmp_path / "soft", 5000, hard_vocab_limit=False)
+    assert 261 < soft.vocab_size < 5000
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="empty corpus"):
+        Tokenizer.train(["", ""], tmp_path / "s", 300)
+    with pytest.raises(ValueError, match="model_type must be one of"):
+        Tokenizer.train(["x"], tmp_path / "s", 300, model_type="word")
+    with pytest.raises(FileNotFoundError, match="no_such.model"):
+        Tokenizer.load(tmp_path / "no_such.model")
+
+
+def test_encode_rejects_a_single_string(tok):
+    with pytest.raises(ValueError, match="not one string"):
+        tok.encode("a sentence")
