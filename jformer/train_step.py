@@ -100,6 +100,7 @@ def make_train_step(model: Transformer, tx: optax.GradientTransformation, *,
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        finite &= jnp.isfinite(optax.tree.norm(updates))
         params = optax.apply_updates(state.params, updates)
         new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
         # A non-finite step leaves the state untouched; the host sees `nonfinite` and stops.

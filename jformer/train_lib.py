@@ -1,0 +1,231 @@
+"""The training job: ``train_and_evaluate(config_dict, workdir)`` reads like its table of contents.
+
+Data (tokenizer + resumable batches) -> model and optimiser -> data-parallel step over a
+``('data',)`` mesh -> loop with progress, periodic validation (loss, perplexity, BLEU,
+chrF), TensorBoard scalars and orbax checkpoints (state + data position) -> final BLEU
+and sample translations. Only process 0 logs, writes summaries and the run config.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+
+from jformer import config as config_lib
+from jformer.checkpoint import Checkpointer, checkpoint_dir
+from jformer.data.pipeline import DataSplit, build_pipeline
+from jformer.model import Transformer
+from jformer.progress import Progress
+from jformer.schedules import make_optimizer
+from jformer.sharding import DataParallel, make_mesh
+from jformer.train_step import TrainState, create_train_state, make_eval_step, make_train_step
+
+CONFIG_FILENAME = "config.json"
+_log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a non-finite loss or gradient; the state was not updated."""
+
+
+def maybe_initialize_distributed(cfg: config_lib.TrainConfig) -> None:
+    """Joins a multi-process run when ``train.coordinator_address`` is set."""
+    if not cfg.coordinator_address:
+        return
+    # Cross-process collectives on CPU devices (tests, CPU clusters) go through gloo;
+    # the setting only concerns the CPU backend.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(cfg.coordinator_address, num_processes=cfg.num_processes,
+                               process_id=cfg.process_id)
+
+
+def resolve_config(raw: Mapping[str, Any], data: DataSplit) -> config_lib.Config:
+    """The validated config with vocabulary, special ids and compute dtype filled in."""
+    tok = data.tokenizer
+    train = dict(raw["train"])
+    return config_lib.from_config_dict(
+        raw, vocab_size=tok.vocab_size, pad_id=tok.pad_id, bos_id=tok.bos_id,
+        eos_id=tok.eos_id, dtype=train.get("compute_dtype", "float32"))
+
+
+def write_run_config(workdir: str, cfg: config_lib.Config) -> None:
+    """<workdir>/config.json: what inference needs to rebuild the model (process 0)."""
+    if jax.process_index() != 0:
+        return
+    path = os.path.join(workdir, CONFIG_FILENAME)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(config_lib.to_dict(cfg), f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def host_params(params):
+    """One host copy of replicated (possibly multi-process) parameters, as numpy."""
+    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), params)
+
+
+@dataclasses.dataclass
+class Job:
+    """Everything the loop needs, built once."""
+
+    cfg: config_lib.Config
+    workdir: str
+    train_data: DataSplit
+    eval_data: DataSplit
+    model: Transformer
+    dp: DataParallel
+    train_step: Any
+    eval_step: Any
+    schedule: Any
+
+
+def build_job(raw: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]:
+    """Data, model, optimiser and compiled steps; the initial (unplaced) train state."""
+    raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
+    data_cfg = config_lib.from_config_dict({"data": raw.get("data", {})}).data
+    shard = dict(num_devices=jax.device_count(), shard_index=jax.process_index(),
+                 num_shards=jax.process_count())
+    train_data = build_pipeline(data_cfg, workdir, "train", **shard)
+    eval_data = build_pipeline(data_cfg, workdir, "eval", tokenizer=train_data.tokenizer, **shard)
+    cfg = resolve_config(raw, train_data)
+    model = Transformer(cfg.model)
+    tx, schedule = make_optimizer(cfg.train, cfg.model.d_model)
+    dp = DataParallel(make_mesh(), cfg.train.parallelism)
+    train_step = dp.compile(make_train_step(
+        model, tx, label_smoothing=cfg.train.label_smoothing, pad_id=cfg.model.pad_id,
+        accum_steps=cfg.train.accum_steps, schedule=schedule))
+    eval_step = dp.compile(make_eval_step(model, label_smoothing=cfg.train.label_smoothing,
+                                          pad_id=cfg.model.pad_id), donate_state=False)
+    example = next(train_data.batches.epoch_batches(0))
+    state = create_train_state(model, tx, cfg.train.seed, example)
+    job = Job(cfg, workdir, train_data, eval_data, model, dp, train_step, eval_step, schedule)
+    return job, state
+
+
+def restore_or_init(job: Job, ckpt: Checkpointer, state: TrainState) -> TrainState:
+    """Resumes from the latest checkpoint (state and data position) when there is one."""
+    if ckpt.latest_step() is None:
+        return state
+    state, data_state = ckpt.restore(abstract_state=state)
+    job.train_data.batches.set_state(data_state)
+    _log.info("resumed from step %d (data position %s)", int(state.step), data_state)
+    return state
+
+
+def evaluate_loss(job: Job, params) -> dict[str, float]:
+    """Validation loss (label-smoothed), token-level NLL and perplexity."""
+    totals: dict[str, float] = {}
+    for batch in job.eval_data.batches.epoch_batches(0):
+        _, m = job.eval_step(params, job.dp.put_batch(batch))
+        for k, v in job.dp.get_metrics(m).items():
+            totals[k] = totals.get(k, 0.0) + v
+    tokens = max(totals.get("tokens", 0.0), 1.0)
+    nll = totals.get("nll", 0.0) / tokens
+    return {"loss": totals.get("loss", 0.0) / tokens, "nll": nll,
+            "perplexity": math.exp(min(nll, 50.0)), "accuracy": totals.get("correct", 0.0) / tokens}
+
+
+def evaluate_bleu(job: Job, params, num_sentences: int, num_samples: int = 0) -> dict[str, Any]:
+    """sacreBLEU and chrF of beam-search translations of validation sentences (process 0)."""
+    from jformer import scoring
+    from jformer.translate import Translator
+
+    pairs = job.eval_data.examples
+    if num_sentences:
+        pairs = pairs[:num_sentences]
+    translator = Translator(job.cfg.model, host_params(params), job.train_data.tokenizer,
+                            job.cfg.decode)
+    hyps = translator.translate([s for s, _ in pairs], beam_size=job.cfg.decode.beam_size,
+                                alpha=job.cfg.decode.alpha)
+    scores = scoring.corpus_scores(hyps, [t for _, t in pairs])
+    scores["samples"] = [(s, h, t) for (s, t), h in zip(pairs[:num_samples], hyps)]
+    return scores
+
+
+def train_and_evaluate(raw_config: Mapping[str, Any], workdir: str) -> dict[str, Any]:
+    """Trains (resuming if ``workdir`` has checkpoints) and returns the final metrics."""
+    os.makedirs(workdir, exist_ok=True)
+    job, state = build_job(raw_config, workdir)
+    write_run_config(workdir, job.cfg)
+    tcfg = job.cfg.train
+    with Checkpointer(checkpoint_dir(workdir), keep=tcfg.keep_checkpoints,
+                      save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints) as ckpt:
+        state = job.dp.put_state(restore_or_init(job, ckpt, state))
+        state = run_loop(job, state, ckpt)
+        params = job.dp.get_state(state).params
+        final = {"step": int(job.dp.get_state(state).step), **evaluate_loss(job, params)}
+        if jax.process_index() == 0:
+            final.update(evaluate_bleu(job, params, tcfg.eval_bleu_sentences, num_samples=5))
+    return final
+
+
+def run_loop(job: Job, state, ckpt: Checkpointer):
+    """The step loop: train, log, evaluate and checkpoint until ``train.num_steps``."""
+    tcfg = job.cfg.train
+    step = int(job.dp.get_state(state).step)
+    progress = Progress(job.workdir, start_step=step, num_steps=tcfg.num_steps)
+    pending: list[Any] = []  # device metrics since the last host read (no per-step sync)
+    batches = job.train_data.batches
+    while step < tcfg.num_steps:
+        batch = next(batches)
+        state, metrics = job.train_step(state, job.dp.put_batch(batch))
+        pending.append(metrics)
+        step += 1
+        due_ckpt = step % tcfg.checkpoint_every == 0 or step == tcfg.num_steps
+        if step % tcfg.log_every == 0 or due_ckpt or step % tcfg.eval_every == 0:
+            summed = _sum_metrics(job.dp, pending)
+            pending = []
+            check_finite(summed, step, ckpt)
+            progress.train(step, summed, job.schedule(step - 1))
+        if step % tcfg.eval_every == 0 and step < tcfg.num_steps:
+            params = job.dp.get_state(state).params
+            scores = evaluate_loss(job, params)
+            if jax.process_index() == 0:
+                scores.update(evaluate_bleu(job, params, tcfg.eval_bleu_sentences))
+            progress.evaluate(step, scores)
+        if due_ckpt:
+            ckpt.save(step, job.dp.get_state(state), batches.get_state(),
+                      force=step == tcfg.num_steps)
+    ckpt.wait()
+    progress.close()
+    return state
+
+
+def _sum_metrics(dp: DataParallel, pending: list) -> dict[str, float]:
+    totals: dict[str, float] = {"steps": float(len(pending))}
+    for m in pending:
+        for k, v in dp.get_metrics(m).items():
+            totals[k] = totals.get(k, 0.0) + v
+    return totals
+
+
+def check_finite(summed: Mapping[str, float], step: int, ckpt: Checkpointer) -> None:
+    """Stops the run when a step since the last check had a non-finite loss or gradient."""
+    if summed.get("nonfinite", 0.0) > 0:
+        ckpt.wait()
+        last = ckpt.latest_step()
+        where = (f"the last good checkpoint is step {last} in {ckpt.directory}"
+                 if last is not None else "no checkpoint was written yet")
+        raise NonFiniteLossError(
+            f"non-finite loss or gradient in {int(summed['nonfinite'])} step(s) up to step "
+            f"{step}; parameters were not updated by those steps and training stopped; {where}. "
+            "Lower train.learning_rate_scale, set train.grad_clip_norm, or check the data.")
+
+
+def report(final: Mapping[str, Any]) -> None:
+    """Prints the final validation figures and sample translations (process 0)."""
+    if jax.process_index() != 0:
+        return
+    print(f"\nfinal step {final['step']}: validation loss {final['loss']:.4f}, "
+          f"perplexity {final['perplexity']:.3f}")
+    if "bleu" in final:
+        print(f"validation BLEU {final['bleu']:.2f}  ({final['bleu_signature']})")
+        print(f"validation chrF {final['chrf']:.2f}  ({final['chrf_signature']})")
+    for src, hyp, ref in final.get("samples", []):
+        print(f"\n  source:      {src}\n  translation: {hyp}\n  reference:   {ref}")
