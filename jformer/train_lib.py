@@ -148,8 +148,11 @@ def evaluate_bleu(job: Job, params, num_sentences: int, num_samples: int = 0) ->
     return scores
 
 
-def train_and_evaluate(raw_config: Mapping[str, Any], workdir: str) -> dict[str, Any]:
-    """Trains (resuming if ``workdir`` has checkpoints) and returns the final metrics."""
+def train(raw_config: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]:
+    """Trains to ``train.num_steps`` (resuming if ``workdir`` has checkpoints).
+
+    Returns the job and the final state (single copy, possibly replicated over devices).
+    """
     os.makedirs(workdir, exist_ok=True)
     job, state = build_job(raw_config, workdir)
     write_run_config(workdir, job.cfg)
@@ -158,10 +161,16 @@ def train_and_evaluate(raw_config: Mapping[str, Any], workdir: str) -> dict[str,
                       save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints) as ckpt:
         state = job.dp.put_state(restore_or_init(job, ckpt, state))
         state = run_loop(job, state, ckpt)
-        params = job.dp.get_state(state).params
-        final = {"step": int(job.dp.get_state(state).step), **evaluate_loss(job, params)}
-        if jax.process_index() == 0:
-            final.update(evaluate_bleu(job, params, tcfg.eval_bleu_sentences, num_samples=5))
+    return job, job.dp.get_state(state)
+
+
+def train_and_evaluate(raw_config: Mapping[str, Any], workdir: str) -> dict[str, Any]:
+    """Trains, then returns final validation loss, perplexity, BLEU, chrF and samples."""
+    job, state = train(raw_config, workdir)
+    final = {"step": int(state.step), **evaluate_loss(job, state.params)}
+    if jax.process_index() == 0:
+        final.update(evaluate_bleu(job, state.params, job.cfg.train.eval_bleu_sentences,
+                                   num_samples=5))
     return final
 
 

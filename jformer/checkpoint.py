@@ -1,0 +1,346 @@
+"""Training checkpoints, inference-only parameter restores and checkpoint averaging.
+
+Built on orbax's ``CheckpointManager``. Directory layout (``checkpoint_dir(workdir)``)::
+
+    <workdir>/checkpoints/
+      <step>/                      one finalized checkpoint per saved step
+        state/                     the whole train state (StandardSave, OCDBT + tensorstore)
+        data/                      the data iterator's JSON state (JsonSave)
+      <step>.orbax-checkpoint-tmp  a save in progress (or killed); never listed as a step
+
+Only complete checkpoints are visible: orbax writes a step into ``<step>.orbax-checkpoint-tmp``
+and renames it to ``<step>`` once every array is written (an atomic rename on POSIX file
+systems), so a crash mid-save leaves the previous checkpoint as the latest one. Opening a
+``Checkpointer`` deletes the temporary directories of killed saves.
+
+Parameters are NOT saved a second time as their own item: ``restore_params`` does an orbax
+partial restore of the ``params`` key of the ``state`` item, as host numpy arrays. That
+reads only the parameter arrays (OCDBT indexes every array by its own key), needs neither
+the optimizer state's structure nor the training mesh, and avoids the extra third of disk
+space and write time that a duplicate ``params`` item would add to params + Adam moments.
+
+Limitation: the data state is written by process 0 only (orbax's JsonSave), so multi-host
+runs whose hosts hold different iterator states need per-host data items.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import operator
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from jformer.types import PyTree
+
+logger = logging.getLogger(__name__)
+
+STATE_ITEM = "state"          # the train state pytree (params, opt_state, step, rng, ...)
+DATA_ITEM = "data"            # JSON dict: the data iterator's resumable state
+AVERAGED_ITEM = "averaged"    # JSON dict in averaged checkpoints: which steps, from where
+PARAMS_KEY = "params"         # key (or attribute) of the parameters inside the train state
+_MAX_LISTED_PROBLEMS = 10
+
+
+def checkpoint_dir(workdir: str | os.PathLike) -> str:
+    """Returns the checkpoint directory of a run: ``<workdir>/checkpoints``."""
+    return os.path.join(os.fspath(workdir), "checkpoints")
+
+
+class Checkpointer:
+    """Saves and restores (train state, data state) pairs; a thin layer over orbax.
+
+    Usage::
+
+        with Checkpointer(checkpoint_dir(workdir), keep=5, save_every=1000) as ckpt:
+            if ckpt.latest_step() is not None:
+                state, data_state = ckpt.restore(abstract_state=abstract_state)
+            ...
+            ckpt.save(step, state, iterator.get_state(), force=step == last_step)
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, keep: int, save_every: int,
+                 async_save: bool = True):
+        """Opens (creating if needed) `directory`; keeps the newest `keep` checkpoints."""
+        for name, value in (("keep", keep), ("save_every", save_every)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int; got {value!r}")
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.save_every = save_every
+        _remove_unfinished_saves(self.directory)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep,
+            enable_async_checkpointing=async_save,
+            # Not orbax's `cleanup_tmp_directories`: it cleans up in a background future
+            # that close() does not await, so a short-lived Checkpointer logs errors at
+            # interpreter exit and may leave the directories behind.
+            cleanup_tmp_directories=False,
+            create=True,
+        )
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            item_handlers={STATE_ITEM: ocp.StandardCheckpointHandler(),
+                           DATA_ITEM: ocp.JsonCheckpointHandler()},
+            options=options,
+        )
+
+    def save(self, step: int, state: PyTree, data_state: Mapping[str, Any], *,
+             force: bool = False) -> bool:
+        """Saves `state` (any pytree of arrays) and `data_state` (a JSON-serialisable dict).
+
+        Saves only when ``step % save_every == 0`` or `force` (e.g. the final step), and
+        never twice for one step. With async saving this returns once the arrays are
+        copied to host memory; the write finishes in the background (see `wait`).
+
+        Returns:
+          whether a checkpoint was started.
+        """
+        try:
+            index = operator.index(step)  # int, np.integer or an integer jax scalar
+        except TypeError:
+            index = -1
+        if index < 0:
+            raise ValueError(f"step must be a non-negative int; got {step!r}")
+        step = index
+        if not isinstance(data_state, Mapping):
+            raise ValueError(f"data_state must be a dict; got {type(data_state).__name__}")
+        try:  # Fail here, not in the background writer.
+            json.dumps(dict(data_state))
+        except TypeError as e:
+            raise ValueError(f"data_state must be JSON-serialisable: {e}") from e
+        if not force and step % self.save_every:
+            return False
+        if step in self._manager.all_steps():
+            logger.info("checkpoint for step %d already exists in %s", step, self.directory)
+            return False
+        args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state),
+                                     DATA_ITEM: ocp.args.JsonSave(dict(data_state))})
+        # `force=True`: the decision to save was taken above, not by orbax's policy.
+        saved = self._manager.save(step, args=args, force=True)
+        if saved:
+            logger.info("saving checkpoint for step %d to %s", step, self.directory)
+        return saved
+
+    def latest_step(self) -> int | None:
+        """The newest step saved (or being saved by this object), None if there is none."""
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        """All steps kept, ascending."""
+        return sorted(self._manager.all_steps())
+
+    def restore(self, step: int | None = None, *,
+                abstract_state: PyTree) -> tuple[PyTree, dict[str, Any]]:
+        """Restores step `step` (default: the latest) as (train state, data state).
+
+        Args:
+          step: the step to restore; None for the latest.
+          abstract_state: the target structure: a pytree (dict, flax struct dataclass...)
+            of ``jax.ShapeDtypeStruct`` with shardings, or of concrete arrays, e.g.
+            ``jax.tree.map(ocp.utils.to_shape_dtype_struct, state)``. Arrays are restored
+            with its shapes, dtypes and shardings, whatever mesh the checkpoint was saved on.
+
+        Raises:
+          FileNotFoundError: no checkpoint (or not that step) in the directory.
+          ValueError: the checkpoint does not fit `abstract_state` (names the array paths).
+        """
+        self.wait()  # A step still being written cannot be read.
+        step = _resolve_step(self._manager, self.directory, step)
+        saved_tree = _state_metadata(self._manager, step)
+        _check_compatible(saved_tree, abstract_state, f"{self.directory}/{step}")
+        restored = self._manager.restore(step, args=ocp.args.Composite(**{
+            STATE_ITEM: ocp.args.StandardRestore(abstract_state),
+            DATA_ITEM: ocp.args.JsonRestore()}))
+        logger.info("restored checkpoint for step %d from %s", step, self.directory)
+        return restored[STATE_ITEM], dict(restored[DATA_ITEM])
+
+    def wait(self) -> None:
+        """Blocks until every started save is written and finalized."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for pending saves and releases orbax's resources."""
+        self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyTree:
+    """Restores only the parameters of a checkpoint, for inference.
+
+    Works on any device count and without the optimizer state or the training mesh: the
+    arrays come back as host numpy arrays (``jax.device_put`` them as needed).
+
+    Args:
+      directory: a checkpoint directory written by `Checkpointer` or `average_checkpoints`.
+      step: the step to restore; None for the latest.
+
+    Returns:
+      the ``params`` subtree of the saved train state, as nested dicts of np.ndarray.
+
+    Raises:
+      FileNotFoundError: `directory` holds no checkpoint (or not that step).
+      ValueError: the checkpoint's state has no ``params``.
+    """
+    directory = os.path.abspath(os.fspath(directory))
+    with contextlib.closing(_read_only_manager(directory)) as manager:
+        step = _resolve_step(manager, directory, step)
+        saved_tree = _state_metadata(manager, step)
+        if not isinstance(saved_tree, Mapping) or PARAMS_KEY not in saved_tree:
+            raise ValueError(f"checkpoint {directory}/{step} has no '{PARAMS_KEY}' in its "
+                             f"'{STATE_ITEM}' item")
+        params_meta = saved_tree[PARAMS_KEY]
+        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), params_meta)
+        # restore_type=np.ndarray: ignore the saved shardings, which may name devices
+        # this process does not have.
+        restore_args = jax.tree.map(
+            lambda m: ocp.RestoreArgs(restore_type=np.ndarray, dtype=m.dtype), params_meta)
+        restored = manager.restore(step, args=ocp.args.Composite(**{
+            STATE_ITEM: ocp.args.PyTreeRestore(item={PARAMS_KEY: target},
+                                               restore_args={PARAMS_KEY: restore_args},
+                                               partial_restore=True)}))
+    logger.info("restored params of step %d from %s", step, directory)
+    return restored[STATE_ITEM][PARAMS_KEY]
+
+
+def average_checkpoints(directory: str | os.PathLike, last_k: int,
+                        output_dir: str | os.PathLike) -> list[int]:
+    """Averages the params of the newest `last_k` checkpoints (paper section 6.1: 5).
+
+    The mean is taken in float32 and cast back to each parameter's dtype. The result is
+    written to `output_dir` as a params-only checkpoint (state item ``{"params": ...}``)
+    at the newest averaged step, with an ``averaged`` JSON item recording the steps and
+    source directory; ``restore_params(output_dir)`` loads it.
+
+    Returns:
+      the steps averaged, ascending.
+
+    Raises:
+      ValueError: fewer than `last_k` checkpoints exist, the checkpoints' params differ in
+        structure or shape, or `output_dir` already holds checkpoints.
+    """
+    if not isinstance(last_k, int) or last_k < 1:
+        raise ValueError(f"last_k must be a positive int; got {last_k!r}")
+    directory = os.path.abspath(os.fspath(directory))
+    output_dir = os.path.abspath(os.fspath(output_dir))
+    with contextlib.closing(_read_only_manager(directory)) as manager:
+        steps = sorted(manager.all_steps())
+    if len(steps) < last_k:
+        raise ValueError(f"average_checkpoints asked for the last {last_k} checkpoints but "
+                         f"{directory} holds {len(steps)}: steps {steps}")
+    steps = steps[-last_k:]
+    sum_tree, dtypes = None, None
+    for step in steps:  # One checkpoint in memory at a time, plus the float32 sum.
+        params = restore_params(directory, step)
+        if sum_tree is None:
+            dtypes = jax.tree.map(lambda x: x.dtype, params)
+            sum_tree = jax.tree.map(lambda x: x.astype(np.float32), params)
+            continue
+        _check_compatible(sum_tree, params, f"{directory}/{step} (params)")
+        sum_tree = jax.tree.map(lambda s, x: s + x.astype(np.float32), sum_tree, params)
+    mean_tree = jax.tree.map(lambda s, dt: (s / np.float32(last_k)).astype(dt),
+                             sum_tree, dtypes)
+    _write_params_checkpoint(output_dir, steps[-1], mean_tree,
+                             {"steps": steps, "source": directory})
+    logger.info("averaged params of steps %s from %s into %s", steps, directory, output_dir)
+    return steps
+
+
+def _write_params_checkpoint(output_dir: str, step: int, params: PyTree,
+                             info: dict[str, Any]) -> None:
+    """Writes a params-only checkpoint that `restore_params` reads."""
+    manager = ocp.CheckpointManager(
+        output_dir,
+        item_handlers={STATE_ITEM: ocp.StandardCheckpointHandler(),
+                       AVERAGED_ITEM: ocp.JsonCheckpointHandler()},
+        options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, create=True))
+    with contextlib.closing(manager):
+        if manager.all_steps():
+            raise ValueError(f"output_dir {output_dir} already holds checkpoints "
+                             f"{sorted(manager.all_steps())}; pass an empty directory")
+        manager.save(step, force=True, args=ocp.args.Composite(**{
+            STATE_ITEM: ocp.args.StandardSave({PARAMS_KEY: params}),
+            AVERAGED_ITEM: ocp.args.JsonSave(info)}))
+
+
+def _remove_unfinished_saves(directory: str) -> None:
+    """Deletes `<step>.orbax-checkpoint-tmp` directories left by killed saves (process 0)."""
+    if jax.process_index() != 0:
+        return
+    for tmp_path in ocp.path.step.all_temporary_paths(directory):
+        logger.warning("removing unfinished checkpoint %s", tmp_path.get())
+        tmp_path.get().rmtree()
+
+
+def _read_only_manager(directory: str) -> ocp.CheckpointManager:
+    """A CheckpointManager that lists and reads `directory` and never writes to it."""
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"no checkpoint directory at {directory}")
+    return ocp.CheckpointManager(
+        directory,
+        item_handlers={STATE_ITEM: ocp.PyTreeCheckpointHandler(),
+                       DATA_ITEM: ocp.JsonCheckpointHandler(),
+                       AVERAGED_ITEM: ocp.JsonCheckpointHandler()},
+        # save_interval_steps=0 only silences orbax's warning that read_only sets it.
+        options=ocp.CheckpointManagerOptions(read_only=True, create=False,
+                                             save_interval_steps=0))
+
+
+def _resolve_step(manager: ocp.CheckpointManager, directory: str, step: int | None) -> int:
+    """Returns `step`, or the latest step when None; raises if it is not there."""
+    steps = sorted(manager.all_steps())
+    if not steps:
+        raise FileNotFoundError(f"no checkpoint in {directory}")
+    if step is None:
+        return steps[-1]
+    if step not in steps:
+        raise FileNotFoundError(f"no checkpoint for step {step} in {directory}; "
+                                f"steps there: {steps}")
+    return step
+
+
+def _state_metadata(manager: ocp.CheckpointManager, step: int) -> PyTree:
+    """The saved state's tree of array metadata (nested dicts and lists)."""
+    metadata = manager.item_metadata(step)[STATE_ITEM]
+    if metadata is None:
+        raise ValueError(f"checkpoint {manager.directory}/{step} has no '{STATE_ITEM}' item")
+    return getattr(metadata, "tree", metadata)
+
+
+def _key_str(key: Any) -> str:
+    for attr in ("key", "name", "idx"):  # DictKey, GetAttrKey, SequenceKey
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _shapes_by_path(tree: PyTree) -> dict[str, tuple[int, ...]]:
+    """Maps 'a/b/0/c' leaf paths to shapes; orbax saves attributes and tuples this way."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {"/".join(_key_str(k) for k in path): tuple(getattr(leaf, "shape", np.shape(leaf)))
+            for path, leaf in leaves}
+
+
+def _check_compatible(saved_tree: PyTree, target: PyTree, where: str) -> None:
+    """Raises ValueError listing the array paths where `saved_tree` and `target` differ."""
+    saved, wanted = _shapes_by_path(saved_tree), _shapes_by_path(target)
+    problems = [f"{p}: missing from the checkpoint" for p in sorted(wanted.keys() - saved.keys())]
+    problems += [f"{p}: in the checkpoint {saved[p]} but not in the target"
+                 for p in sorted(saved.keys() - wanted.keys())]
+    problems += [f"{p}: checkpoint has shape {saved[p]}, target expects {wanted[p]}"
+                 for p in sorted(saved.keys() & wanted.keys()) if saved[p] != wanted[p]]
+    if problems:
+        more = len(problems) - _MAX_LISTED_PROBLEMS
+        listed = "; ".join(problems[:_MAX_LISTED_PROBLEMS])
+        listed += f"; and {more} more" if more > 0 else ""
+        raise ValueError(f"checkpoint {where} is incompatible with the model (was it saved "
+                         f"with another config?): {listed}")
