@@ -1,0 +1,41 @@
+"""Two processes on localhost (CPU collectives over gloo) train together."""
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(__file__)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_train_three_steps_to_identical_parameters(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "_multihost_worker.py"),
+                               str(port), str(i), str(tmp_path / "run"), str(tmp_path / f"{i}.npz")],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-3000:]
+    a, b = (np.load(tmp_path / f"{i}.npz") for i in range(2))
+    assert int(a["step"]) == int(b["step"]) == 3
+    assert int(a["local_devices"]) == 2
+    # each host reads its own rows of every global batch
+    assert a["first_batch"].shape == b["first_batch"].shape
+    assert not np.array_equal(a["first_batch"], b["first_batch"])
+    names = [k for k in a.files if k not in ("step", "local_devices", "first_batch")]
+    assert len(names) > 10
+    for k in names:
+        np.testing.assert_array_equal(a[k], b[k])
+    # only process 0 writes TensorBoard summaries and the run config
+    assert os.path.isdir(tmp_path / "run" / "tensorboard")
+    assert os.path.isfile(tmp_path / "run" / "config.json")
+    assert os.path.isdir(tmp_path / "run" / "checkpoints" / "3")

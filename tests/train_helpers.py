@@ -1,0 +1,22 @@
+"""A tiny training config shared by the training-level tests (seconds on a CPU)."""
+from configs import demo
+
+
+def tiny_config(**train_overrides):
+    c = demo.get_config()
+    m = c.model
+    m.d_model, m.num_heads, m.num_encoder_layers, m.num_decoder_layers = 32, 2, 1, 1
+    m.d_ff, m.max_len = 64, 64
+    d = c.data
+    d.demo_num_train, d.demo_num_eval, d.demo_num_test = 1500, 24, 24
+    d.vocab_size, d.vocab_sample_size = 400, 3000
+    d.max_source_len = d.max_target_len = 32
+    d.pack, d.pack_len, d.max_tokens = True, 32, 256  # one batch shape: 8 x 32
+    t = c.train
+    t.num_steps, t.warmup_steps, t.log_every, t.eval_every = 20, 10, 5, 1000
+    t.checkpoint_every, t.keep_checkpoints, t.eval_bleu_sentences = 10, 3, 8
+    for k, v in train_overrides.items():
+        setattr(t, k, v)
+    c.decode.length_buckets = (16, 32, 64)
+    c.decode.batch_size = 8
+    return c
