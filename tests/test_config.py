@@ -4,11 +4,11 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from configs import base, big, demo, small
+from configs import base, big, demo, multi30k, small
 from jformer.config import ConfigError, ModelConfig, from_config_dict
 
 
-@pytest.mark.parametrize("module", [base, big, small, demo])
+@pytest.mark.parametrize("module", [base, big, small, demo, multi30k])
 def test_shipped_configs_validate(module):
     cfg = from_config_dict(module.get_config())
     assert cfg.model.d_model % cfg.model.num_heads == 0
