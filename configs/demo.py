@@ -27,16 +27,18 @@ def get_config() -> ml_collections.ConfigDict:
     d.vocab_sample_size = 40000
     d.max_source_len = 64
     d.max_target_len = 64
-    d.max_tokens = 2048  # tokens per batch (rows x padded length)
+    d.pack = True  # several pairs per row: one compiled batch shape, ~95% real tokens
+    d.pack_len = 64
+    d.max_tokens = 2048  # 32 rows x 64 tokens
 
     t = c.train
-    t.num_steps = 3000
+    t.num_steps = 1200  # validation BLEU passes 95 by step ~1000
     t.warmup_steps = 400
     t.learning_rate_scale = 2.0
     t.log_every = 50
-    t.eval_every = 1000
+    t.eval_every = 400
     t.eval_bleu_sentences = 300
-    t.checkpoint_every = 1000
+    t.checkpoint_every = 400
     t.keep_checkpoints = 3
 
     e = c.decode

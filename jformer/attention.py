@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
+from jformer.dropout import keep_mask
 from jformer.masks import NEG_INF
 from jformer.types import Array
 
@@ -23,12 +24,15 @@ _OUT_INIT = nn.initializers.xavier_uniform(in_axis=(0, 1), out_axis=-1)
 def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
                           mask: Array | None = None, bias: Array | None = None, *,
                           dropout_rate: float = 0.0, dropout_rng: Array | None = None,
-                          deterministic: bool = True, return_weights: bool = False):
+                          deterministic: bool = True, return_weights: bool = False,
+                          kv_heads_first: bool = False):
     """softmax(Q K^T / sqrt(d_k) + bias) V, with masked positions excluded (paper eq. 1).
 
     Args:
       q_BLHK: queries [batch, q_len, heads, head_dim].
-      k_BMHK, v_BMHK: keys and values [batch, kv_len, heads, head_dim].
+      k_BMHK, v_BMHK: keys and values [batch, kv_len, heads, head_dim], or
+        [batch, heads, kv_len, head_dim] with ``kv_heads_first=True`` (the layout of the
+        decode caches: the per-step products then read them without a transpose).
       mask: optional bool, broadcastable to [batch, heads, q_len, kv_len]; True = attend.
       bias: optional float added to the logits, broadcastable like ``mask``.
       dropout_rate: dropout on the attention weights (needs ``dropout_rng`` in training).
@@ -43,9 +47,10 @@ def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
         raise ValueError(f"k and v must share a shape and head_dim with q; got q "
                          f"{q_BLHK.shape}, k {k_BMHK.shape}, v {v_BMHK.shape}")
     dtype = q_BLHK.dtype
+    kv = "BHMK" if kv_heads_first else "BMHK"
     q_BLHK = q_BLHK / jnp.sqrt(q_BLHK.shape[-1]).astype(dtype)
     # Logits and softmax in float32: bf16 logits lose the small differences that matter.
-    logits_BHLM = jnp.einsum("BLHK,BMHK->BHLM", q_BLHK, k_BMHK,
+    logits_BHLM = jnp.einsum(f"BLHK,{kv}->BHLM", q_BLHK, k_BMHK,
                              preferred_element_type=jnp.float32)
     if bias is not None:
         logits_BHLM = logits_BHLM + bias.astype(jnp.float32)
@@ -57,9 +62,9 @@ def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
         if dropout_rng is None:
             raise ValueError("dropout_rng is required when deterministic=False and "
                              f"dropout_rate={dropout_rate} > 0")
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BHLM.shape)
+        keep = keep_mask(dropout_rng, probs_BHLM.shape, dropout_rate)
         probs_BHLM = jnp.where(keep, probs_BHLM / (1.0 - dropout_rate), 0.0)
-    out_BLHK = jnp.einsum("BHLM,BMHK->BLHK", probs_BHLM.astype(dtype), v_BMHK)
+    out_BLHK = jnp.einsum(f"BHLM,{kv}->BLHK", probs_BHLM.astype(dtype), v_BMHK)
     return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
 
 
@@ -105,13 +110,13 @@ class MultiHeadAttention(nn.Module):
         return (jnp.einsum("BLHK,HKD->BLD", ctx_BLHK, self.out_kernel.astype(self.dtype))
                 + self.out_bias.astype(self.dtype))
 
-    def _attend(self, q, k, v, mask, deterministic):
+    def _attend(self, q, k, v, mask, deterministic, kv_heads_first=False):
         rng = None
         if not deterministic and self.dropout_rate > 0.0:
             rng = self.make_rng("dropout")
         ctx_BLHK, weights_BHLM = dot_product_attention(
             q, k, v, mask, dropout_rate=self.dropout_rate, dropout_rng=rng,
-            deterministic=deterministic, return_weights=True)
+            deterministic=deterministic, return_weights=True, kv_heads_first=kv_heads_first)
         # Stored only when the caller makes "intermediates" mutable (attention maps).
         self.sow("intermediates", "attention_weights", weights_BHLM)
         return self._output(ctx_BLHK)
@@ -122,31 +127,56 @@ class MultiHeadAttention(nn.Module):
         q, k, v = qkv_BLJHK[:, :, 0], qkv_BLJHK[:, :, 1], qkv_BLJHK[:, :, 2]
         return self._attend(q, k, v, mask, deterministic)
 
-    def self_attend_step(self, x_B1D: Array, cache_k_BMHK: Array, cache_v_BMHK: Array,
+    def self_attend_step(self, x_B1D: Array, cache_k_BHMK: Array, cache_v_BHMK: Array,
                          index: Array) -> tuple[Array, Array, Array]:
         """One decoder position over a preallocated cache (inference, no dropout).
 
         Writes this position's key/value at ``index`` and attends to positions
         0..index. Returns (output [B, 1, D], new cache_k, new cache_v), caches
-        [B, max_len, H, K].
+        [B, H, max_len, K] (heads first: the one-query products need no transpose).
         """
         qkv_B1JHK = self._project(x_B1D, self.qkv_kernel, (self.q_bias, None, self.v_bias))
         q, k, v = qkv_B1JHK[:, :, 0], qkv_B1JHK[:, :, 1], qkv_B1JHK[:, :, 2]
-        start = (0, index, 0, 0)
-        cache_k_BMHK = lax.dynamic_update_slice(cache_k_BMHK, k.astype(cache_k_BMHK.dtype), start)
-        cache_v_BMHK = lax.dynamic_update_slice(cache_v_BMHK, v.astype(cache_v_BMHK.dtype), start)
-        mask_11M = (jnp.arange(cache_k_BMHK.shape[1]) <= index)[None, None, None, :]
-        out = self._attend(q, cache_k_BMHK, cache_v_BMHK, mask_11M, True)
-        return out, cache_k_BMHK, cache_v_BMHK
+        start = (0, 0, index, 0)
+        # [B, 1, H, K] -> [B, H, 1, K]: one new position per head
+        cache_k_BHMK = lax.dynamic_update_slice(
+            cache_k_BHMK, k.transpose(0, 2, 1, 3).astype(cache_k_BHMK.dtype), start)
+        cache_v_BHMK = lax.dynamic_update_slice(
+            cache_v_BHMK, v.transpose(0, 2, 1, 3).astype(cache_v_BHMK.dtype), start)
+        mask_111M = (jnp.arange(cache_k_BHMK.shape[2]) <= index)[None, None, None, :]
+        out = self._attend(q, cache_k_BHMK, cache_v_BHMK, mask_111M, True, kv_heads_first=True)
+        return out, cache_k_BHMK, cache_v_BHMK
 
     def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
-        """Cross-attention keys and values of the encoder output, each [B, M, H, K]."""
-        kv_BMJHK = self._project(memory_BMD, self.kv_kernel, (None, self.v_bias))
-        return kv_BMJHK[:, :, 0], kv_BMJHK[:, :, 1]
+        """Cross-attention keys and values of the encoder output, each [B, H, M, K].
 
-    def cross_attend(self, x_BLD: Array, k_BMHK: Array, v_BMHK: Array, mask: Array | None,
+        Heads first, the layout of the decode cache: computed once per source, they are
+        then read by every decode step without a transpose.
+        """
+        bias_JHK = jnp.stack([jnp.zeros_like(self.v_bias), self.v_bias]).astype(self.dtype)
+        # [B, M, D] x [D, 2, H, K] -> [2, B, H, M, K]
+        kv_JBHMK = (jnp.einsum("BMD,DJHK->JBHMK", memory_BMD.astype(self.dtype),
+                               self.kv_kernel.astype(self.dtype))
+                    + bias_JHK[:, None, :, None, :])
+        return kv_JBHMK[0], kv_JBHMK[1]
+
+    def cross_attend(self, x_BLD: Array, k_BHMK: Array, v_BHMK: Array, mask: Array | None,
                      deterministic: bool = True) -> Array:
-        """Cross-attention of decoder states x [B, L, D] to projected memory K/V."""
+        """Cross-attention of decoder states x [B, L, D] to projected memory K/V [B, H, M, K].
+
+        ``x`` may hold G >= 1 rows per memory row (x [B*G, L, D], k/v [B, H, M, K]): row
+        b*G + g attends to memory b. Beam search uses this to keep one copy of each
+        source's keys/values for its G hypotheses instead of tiling and reordering them
+        every step. ``mask`` must then broadcast against [B, H, G*L, M] (e.g. [B, 1, 1, M]).
+        """
         q_BLHK = (jnp.einsum("BLD,DHK->BLHK", x_BLD.astype(self.dtype),
                              self.q_kernel.astype(self.dtype)) + self.q_bias.astype(self.dtype))
-        return self._attend(q_BLHK, k_BMHK, v_BMHK, mask, deterministic)
+        rows, length, heads, head_dim = q_BLHK.shape
+        sources = k_BHMK.shape[0]
+        if rows % sources:
+            raise ValueError(f"cross_attend: x's batch ({rows}) must be a multiple of the "
+                             f"memory batch ({sources})")
+        # [B*G, L, H, K] -> [B, G*L, H, K]: a source's G rows become extra query positions.
+        q_BLHK = q_BLHK.reshape(sources, rows // sources * length, heads, head_dim)
+        out_BLD = self._attend(q_BLHK, k_BHMK, v_BHMK, mask, deterministic, kv_heads_first=True)
+        return out_BLD.reshape(rows, length, out_BLD.shape[-1])  # -> [B*G, L, D]

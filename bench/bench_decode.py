@@ -1,0 +1,223 @@
+"""Decoding speed: generated tokens/s with the KV cache vs recomputing the prefix.
+
+    python bench/bench_decode.py [--configs small,base] [--batches 1,32] [--beams 1,4]
+        [--quick]
+
+Random float32 parameters (nothing is downloaded), source length 32, EXACTLY 32
+generated tokens per sentence: EOS is forbidden until the end (min_len = max_len), so
+every search runs all its steps; beam search counts 32 tokens per sentence, not per
+beam. "cached" times ``jformer.translate.decode_batch`` (encoder + cache init + search,
+one compiled program); "recompute" is the baseline defined here: a step function that
+re-runs the teacher-forced decoder over the whole (fixed-size) output buffer at every
+step. Both must pick the same tokens (checked and printed). Times are the median of
+--repeats calls after a warm-up, with ``block_until_ready``; compilation is timed
+separately (AOT lower + compile). Last, the cache vs recompute ratio at 64 tokens.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from jformer import decode  # noqa: E402
+from jformer.beam_search import beam_search  # noqa: E402
+from jformer.config import ModelConfig  # noqa: E402
+from jformer.masks import NEG_INF  # noqa: E402
+from jformer.model import Transformer  # noqa: E402
+from jformer.translate import SearchSpec, decode_batch, output_matrix  # noqa: E402
+
+CONFIGS = {
+    "small": ModelConfig(vocab_size=8192, d_model=256, num_heads=4, d_ff=1024,
+                         num_encoder_layers=3, num_decoder_layers=3, dropout_rate=0.0),
+    "base": ModelConfig(vocab_size=32768, d_model=512, num_heads=8, d_ff=2048,
+                        num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.0),
+}
+SRC_LEN, GEN_LEN, RATIO_LEN, ALPHA = 32, 32, 64, 0.6
+# Measured by the team on this CPU: small config, float32, tokens/s.
+# (config, batch, beam) -> {system: tokens/s}
+REFERENCE = {
+    ("small", 32, 1): {"Flax WMT": 6400, "HF Marian": 3700, "CTranslate2": 7700},
+    ("small", 32, 4): {"Flax WMT": 1500, "HF Marian": 1230, "CTranslate2": 3900},
+    ("small", 1, 4): {"Flax WMT": 850, "HF Marian": 230},
+}
+RECOMPUTE_MAX_ROWS = {"small": 32, "base": 4}  # --recompute auto: batch * beam limit
+TARGET_VS_FLAX = {1: 1.2, 4: 2.0}  # beam -> required multiple of the Flax example
+TARGET_CACHE_RATIO = 5.0
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", default="small,base")
+    p.add_argument("--batches", default="1,32")
+    p.add_argument("--beams", default="1,4")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls (median)")
+    p.add_argument("--chunk-size", type=int, default=8)
+    p.add_argument("--recompute", default="auto", choices=("auto", "all", "none"),
+                   help="auto: time the recompute baseline only where it takes seconds "
+                        "(and the 64-token ratio at batch 1)")
+    p.add_argument("--quick", action="store_true",
+                   help="small config, 3 repeats, recompute only at batch 1 greedy")
+    return p.parse_args()
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def recompute_search(params, inputs_BS, *, model_cfg: ModelConfig, spec: SearchSpec):
+    """The baseline: every step re-runs the teacher-forced decoder on the output buffer."""
+    model = Transformer(model_cfg)
+    variables = {"params": params}
+    batch, width = inputs_BS.shape[0], spec.beam_size
+    encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
+    # Constants of the step (not search state, so beam search does not reorder them);
+    # [B, ...] -> [B*W, ...] rows b*W + w, like the search's own tiling.
+    encoded_ND = jnp.repeat(encoded_BSD, width, axis=0)
+    inputs_NS = jnp.repeat(inputs_BS, width, axis=0)
+    vocab_V = jnp.arange(model_cfg.vocab_size)
+    banned_V = (vocab_V == model_cfg.pad_id) | (vocab_V == model_cfg.bos_id)
+
+    def step_fn(tokens_N, step, prefix_NT):
+        # prefix_NT holds the outputs so far; unwritten slots hold BOS (not PAD, which
+        # teacher forcing would mask as padding). Position step sees outputs < step only.
+        prefix_NT = jnp.where(step > 0, jax.lax.dynamic_update_slice(
+            prefix_NT, tokens_N[:, None], (0, jnp.maximum(step - 1, 0))), prefix_NT)
+        logits_NTV = model.apply(variables, encoded_ND, inputs_NS, prefix_NT,
+                                 method=Transformer.decode)
+        logits_NV = jax.lax.dynamic_index_in_dim(logits_NTV, step, axis=1, keepdims=False)
+        return jnp.where(banned_V, NEG_INF, logits_NV), prefix_NT
+
+    prefix_BT = jnp.full((batch, spec.max_len), model_cfg.bos_id, jnp.int32)
+    common = dict(batch_size=batch, max_len=spec.max_len, chunk_size=spec.chunk_size,
+                  min_len=spec.min_len, bos_id=model_cfg.bos_id, eos_id=model_cfg.eos_id,
+                  pad_id=model_cfg.pad_id)
+    if spec.method == "beam":
+        return beam_search(step_fn, prefix_BT, beam_size=width, alpha=spec.alpha,
+                           **common).tokens
+    return decode.greedy_search(step_fn, prefix_BT, **common).tokens[:, None]
+
+
+_RECOMPUTE = jax.jit(recompute_search, static_argnames=("model_cfg", "spec"))
+
+
+def _time(compiled, args, repeats: int) -> float:
+    jax.block_until_ready(compiled(*args))  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _compile(jitted, args, **static):
+    start = time.perf_counter()
+    compiled = jitted.lower(*args, **static).compile()
+    return compiled, time.perf_counter() - start
+
+
+def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int,
+            recompute: bool, chunk_size: int) -> dict:
+    """Tokens/s of the cached search (and of the recompute baseline if asked)."""
+    cfg = CONFIGS[name]
+    rng = np.random.default_rng(batch * 7 + beam)
+    inputs_BS = rng.integers(4, cfg.vocab_size, (batch, SRC_LEN)).astype(np.int32)
+    inputs_BS[:, -1] = cfg.eos_id
+    spec = SearchSpec("beam" if beam > 1 else "greedy", beam, ALPHA if beam > 1 else 0.0,
+                      max_len=gen_len, min_len=gen_len, chunk_size=chunk_size)
+    # Prepared once per model, like Translator does (not part of a decode call).
+    output_DV = jax.block_until_ready(output_matrix(cfg, params))
+    args = (params, output_DV, inputs_BS, np.ones(batch, bool), jax.random.key(0))
+    compiled, compile_s = _compile(decode_batch, args, model_cfg=cfg, spec=spec)
+    cached_s = _time(compiled, args, repeats)
+    row = dict(config=name, batch=batch, beam=beam, compile_s=compile_s,
+               cached=batch * gen_len / cached_s, recompute=None, same=None)
+    if recompute:
+        r_args = (params, inputs_BS)
+        r_compiled, _ = _compile(_RECOMPUTE, r_args, model_cfg=cfg, spec=spec)
+        row["recompute"] = batch * gen_len / _time(r_compiled, r_args, repeats)
+        cached_tokens = np.asarray(compiled(*args).tokens)
+        row["same"] = bool(np.array_equal(cached_tokens, np.asarray(r_compiled(*r_args))))
+    return row
+
+
+def _want_recompute(args: argparse.Namespace, name: str, batch: int, beam: int,
+                    gen_len: int) -> bool:
+    if args.recompute != "auto":
+        return args.recompute == "all"
+    if args.quick or gen_len > GEN_LEN:
+        return batch * beam == 1
+    # The baseline re-runs the decoder on every buffer position at every step, so its
+    # cost grows with rows x length^2: skip the settings that would take minutes.
+    return batch * beam <= RECOMPUTE_MAX_ROWS[name]
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\n| config | batch | beam | cached tok/s | recompute tok/s | cache/recompute | "
+          "same tokens | compile s | reference tok/s (ours / theirs) | target |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        refs = REFERENCE.get((r["config"], r["batch"], r["beam"]), {})
+        ref_txt = "; ".join(f"{k} {v:,} ({r['cached'] / v:.2f}x)" for k, v in refs.items())
+        target = "-"
+        if "Flax WMT" in refs:
+            need = TARGET_VS_FLAX[r["beam"]]
+            ok = r["cached"] >= need * refs["Flax WMT"]
+            target = f">= {need}x Flax: {'met' if ok else 'MISSED'}"
+        ratio = None if r["recompute"] is None else r["cached"] / r["recompute"]
+        print(f"| {r['config']} | {r['batch']} | {r['beam']} | {_fmt(r['cached'])} | "
+              f"{_fmt(r['recompute'])} | {'-' if ratio is None else f'{ratio:.1f}x'} | "
+              f"{'-' if r['same'] is None else ('yes' if r['same'] else 'NO')} | "
+              f"{r['compile_s']:.1f} | {ref_txt or '-'} | {target} |")
+
+
+def main(args: argparse.Namespace) -> None:
+    configs = ["small"] if args.quick else args.configs.split(",")
+    repeats = 3 if args.quick else args.repeats
+    print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs; "
+          f"float32, random params, source length {SRC_LEN}, {GEN_LEN} generated tokens "
+          f"per sentence, median of {repeats} calls")
+    rows, ratio_rows = [], []
+    for name in configs:
+        cfg = CONFIGS[name]
+        dummy = jnp.zeros((1, 4), jnp.int32)
+        params = jax.jit(Transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
+        for batch in _ints(args.batches):
+            for beam in _ints(args.beams):
+                row = measure(name, params, batch, beam, GEN_LEN, repeats,
+                              _want_recompute(args, name, batch, beam, GEN_LEN),
+                              args.chunk_size)
+                rows.append(row)
+                print(f"  {name} batch {batch} beam {beam}: {row['cached']:,.0f} tok/s "
+                      f"cached, {_fmt(row['recompute'])} recompute", flush=True)
+        for batch in _ints(args.batches):
+            if _want_recompute(args, name, batch, 1, RATIO_LEN):
+                ratio_rows.append(measure(name, params, batch, 1, RATIO_LEN, repeats, True,
+                                          args.chunk_size))
+    print_table(rows)
+    print(f"\nCache vs recompute at {RATIO_LEN} generated tokens (greedy); target >= "
+          f"{TARGET_CACHE_RATIO:.0f}x:\n")
+    print("| config | batch | cached tok/s | recompute tok/s | ratio | same tokens | target |")
+    print("|---|---|---|---|---|---|---|")
+    for r in ratio_rows:
+        ratio = r["cached"] / r["recompute"]
+        print(f"| {r['config']} | {r['batch']} | {_fmt(r['cached'])} | {_fmt(r['recompute'])} "
+              f"| {ratio:.1f}x | {'yes' if r['same'] else 'NO'} | "
+              f"{'met' if ratio >= TARGET_CACHE_RATIO else 'MISSED'} |")
+
+
+if __name__ == "__main__":
+    main(_parse())

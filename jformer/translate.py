@@ -1,0 +1,431 @@
+"""Inference: a :class:`Translator` that turns sentences into translations.
+
+    translator = Translator.from_checkpoint("runs/demo")         # latest checkpoint
+    translator.translate(["The number is five."], beam_size=4)  # -> ["Die Zahl ist fünf."]
+    Translator(cfg.model, params, tokenizer, cfg.decode)        # in memory (validation BLEU)
+
+Few compiled shapes: sources are sorted by length and grouped into the length buckets of
+``DecodeConfig.length_buckets`` (padded source length = the smallest bucket >= the length,
+EOS included); every batch has exactly ``batch_size`` rows (dummy rows, forced to emit
+EOS at step 0, fill the last batch of a bucket); the max output length depends on the
+bucket only (:func:`output_len`). One jitted program per (bucket, batch size, search)
+runs the encoder once, projects the cross-attention keys/values once and runs the
+search of :mod:`jformer.decode` over the cached decoder step. Beam search tiles and
+reorders only the self-attention cache; cross-attention keys/values stay one copy per
+source (``MultiHeadAttention.cross_attend`` maps a row's W hypotheses onto it).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import json
+import math
+import os
+import warnings
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jformer import checkpoint, decode
+from jformer.beam_search import beam_search
+from jformer.config import Config, DecodeConfig, ModelConfig, from_config_dict
+from jformer.data.pipeline import tokenizer_path
+from jformer.kv_cache import DecodeCache
+from jformer.masks import NEG_INF
+from jformer.model import Transformer
+from jformer.tokenizer import Tokenizer
+from jformer.types import Array, PyTree
+
+METHODS = ("beam", "greedy", "sample")
+CONFIG_FILENAME = "config.json"
+_TRACES: collections.Counter = collections.Counter()  # (inputs shape, spec) -> traces
+
+
+def load_config(workdir: str | os.PathLike) -> Config:
+    """Reads ``<workdir>/config.json`` (written by training) back into a :class:`Config`."""
+    path = os.path.join(os.fspath(workdir), CONFIG_FILENAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file not found: {path} (is {os.fspath(workdir)} a "
+                                f"training workdir?)")
+    with open(path, encoding="utf-8") as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"cannot parse {path}: {e}") from e
+    return from_config_dict(raw)
+
+
+class Hypothesis(NamedTuple):
+    """One translation, its score and its token ids.
+
+    score: beam search: log-prob sum / length penalty; greedy and sampling: log-prob
+      sum (length-penalised too when greedy stands in for beam size 1).
+    ids: int32 [length] output ids, EOS included when the hypothesis finished.
+    """
+
+    text: str
+    score: float
+    ids: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpec:
+    """The static (compile-time) settings of one search; part of the jit cache key."""
+
+    method: str = "greedy"  # greedy | beam | sample
+    beam_size: int = 1
+    alpha: float = 0.0
+    max_len: int = 32  # output positions (the cache length)
+    min_len: int = 0  # EOS forbidden before this position (benchmarks force lengths)
+    temperature: float = 1.0
+    top_k: int = 0
+    chunk_size: int = 8
+
+
+def trace_count() -> int:
+    """How many times the batch decoder has been traced (= compiled) in this process."""
+    return sum(_TRACES.values())
+
+
+# ------------------------------------------------------------------ the jitted core
+
+
+def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
+    """The tied output embedding transposed to [D, V] once (None if the output is untied).
+
+    Tied logits are ``y [N, D] @ embedding [V, D]^T``; with the [V, D] matrix XLA's CPU
+    dot transposes all of it at every decode step (8 MB at V=8192, D=256). Given the
+    [D, V] copy, the step's transpose back folds into the dot, which reads it directly.
+    """
+    if not model_cfg.tie_output:
+        return None
+    name = "shared_embedding" if model_cfg.share_embeddings else "target_embedding"
+    return jax.jit(jnp.transpose)(params[name]["embedding"])
+
+
+def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
+                 valid_B: Array | None = None, output_DV: Array | None = None
+                 ) -> tuple[decode.StepFn, PyTree]:
+    """The cached decoder step as a :mod:`jformer.decode` step function.
+
+    Returns (step_fn, state). ``state`` is the self-attention cache (self_k, self_v), the
+    only per-hypothesis part; cross-attention K/V and the source mask [B, ...] are closed
+    over, so ``step_fn`` takes any N = B*G rows (row b*G + g belongs to source b).
+    PAD and BOS are never valid outputs, so their logits are set to NEG_INF (a generated
+    PAD would vanish from the text and be masked as padding by teacher forcing).
+    Rows whose ``valid_B`` is False (batch padding) get logits that force EOS.
+    ``output_DV``: :func:`output_matrix` of the params, for faster tied logits.
+    """
+    cfg = model.cfg
+    vocab_V = jnp.arange(cfg.vocab_size)
+    banned_V = (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
+    forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
+
+    def step_params() -> PyTree:  # called inside the step, so the .T lands next to the dot
+        if output_DV is None:
+            return params
+        name = "shared_embedding" if cfg.share_embeddings else "target_embedding"
+        return {**params, name: {**params[name], "embedding": output_DV.T}}
+
+    def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
+        self_k, self_v = state
+        full = cache.replace(self_k=self_k, self_v=self_v)
+        logits_NV, new = model.apply({"params": step_params()}, tokens_N, step, full,
+                                     method=Transformer.decode_step)
+        logits_NV = jnp.where(banned_V, NEG_INF, logits_NV)
+        if valid_B is not None:
+            # [B] -> [N]: the G hypotheses of a source share its flag.
+            valid_N = jnp.repeat(valid_B, tokens_N.shape[0] // valid_B.shape[0])
+            logits_NV = jnp.where(valid_N[:, None], logits_NV, forced_eos_V)
+        return logits_NV, (new.self_k, new.self_v)
+
+    return step_fn, (cache.self_k, cache.self_v)
+
+
+def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
+                    max_len: int) -> DecodeCache:
+    """Runs the encoder once and builds the cache (cross K/V projected once per source)."""
+    variables = {"params": params}
+    encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
+    return model.apply(variables, encoded_BSD, inputs_BS, max_len,
+                       method=Transformer.init_decode_state)
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "spec"))
+def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, valid_B: Array,
+                 rng: Array, *, model_cfg: ModelConfig, spec: SearchSpec
+                 ) -> decode.DecodeResult:
+    """Encode + init cache + search for one batch, as one compiled program.
+
+    Args:
+      params: the model parameters.
+      output_DV: :func:`output_matrix` of the params (computed once per model).
+      inputs_BS: int32 [batch, src_len] source ids (EOS-terminated, pad_id-padded).
+      valid_B: bool [batch]; False rows are padding and finish at once.
+      rng: a PRNG key (used by sampling only).
+    Returns:
+      DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
+      finished [batch, beam] (beam = 1 for greedy and sampling).
+    """
+    _TRACES[(inputs_BS.shape, spec)] += 1  # runs only while tracing
+    model = Transformer(model_cfg)
+    cache = encode_and_init(model, params, inputs_BS, spec.max_len)
+    step_fn, state = make_step_fn(model, params, cache, valid_B, output_DV)
+    ids = dict(bos_id=model_cfg.bos_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
+    common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
+                  chunk_size=spec.chunk_size, min_len=spec.min_len, **ids)
+    if spec.method == "beam":
+        return beam_search(step_fn, state, beam_size=spec.beam_size, alpha=spec.alpha,
+                           **common)
+    if spec.method == "sample":
+        out = decode.sample(step_fn, state, rng, temperature=spec.temperature,
+                            top_k=spec.top_k, **common)
+    else:
+        out = decode.greedy_search(step_fn, state, **common)
+    # [B, ...] -> [B, 1, ...]: one hypothesis per row, like a beam of width 1.
+    return out._replace(tokens=out.tokens[:, None], scores=out.scores[:, None],
+                        lengths=out.lengths[:, None], finished=out.finished[:, None])
+
+
+# ------------------------------------------------------------------ length buckets
+
+
+def source_buckets(decode_cfg: DecodeConfig, model_max_len: int) -> tuple[int, ...]:
+    """Padded source lengths in use: the configured buckets capped at model.max_len, plus
+    model.max_len itself so every admissible source has a bucket."""
+    return tuple(sorted({min(b, model_max_len) for b in decode_cfg.length_buckets}
+                        | {model_max_len}))
+
+
+def bucket_for(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket >= length (length must fit the largest)."""
+    for bucket in buckets:
+        if bucket >= length:
+            return bucket
+    raise ValueError(f"length {length} exceeds the largest bucket {buckets[-1]}")
+
+
+def output_len(bucket: int, model_cfg: ModelConfig, decode_cfg: DecodeConfig,
+               chunk_size: int) -> int:
+    """Max output tokens for a source bucket: min(model.max_len, ceil(a * bucket + b))
+    rounded up to a multiple of chunk_size (then capped at model.max_len)."""
+    raw = max(1, math.ceil(decode_cfg.max_len_a * bucket + decode_cfg.max_len_b))
+    return min(model_cfg.max_len, -(-raw // chunk_size) * chunk_size)
+
+
+# ------------------------------------------------------------------ the Translator
+
+
+class Translator:
+    """Translates sentences with a Transformer, its params and its tokenizer.
+
+    Args:
+      model_cfg: the model's config (special ids and vocab size must match the tokenizer).
+      params: the model parameters (e.g. ``TrainState.params`` or a restored checkpoint).
+      tokenizer: the sentencepiece :class:`Tokenizer` the model was trained with.
+      decode_cfg: search defaults, batch size, length buckets, overlong policy.
+      chunk_size: decode steps between early-exit checks.
+    """
+
+    def __init__(self, model_cfg: ModelConfig, params: PyTree, tokenizer: Tokenizer,
+                 decode_cfg: DecodeConfig | None = None, *, chunk_size: int = 8):
+        tok_ids = (tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+        cfg_ids = (model_cfg.vocab_size, model_cfg.pad_id, model_cfg.bos_id, model_cfg.eos_id)
+        if tok_ids != cfg_ids:
+            raise ValueError(f"tokenizer (vocab_size, pad, bos, eos) = {tok_ids} does not "
+                             f"match the model config's {cfg_ids}")
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+        self.model_cfg = model_cfg
+        self.decode_cfg = decode_cfg or DecodeConfig()
+        self.tokenizer = tokenizer
+        self.chunk_size = chunk_size
+        # Once, not per batch; on one device (training may hand over mesh-replicated
+        # params, which would make every decode run once per device).
+        self.params = jax.device_put(params, jax.local_devices()[0])
+        self.output_DV = output_matrix(model_cfg, self.params)
+        self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
+
+    @classmethod
+    def from_checkpoint(cls, workdir: str | os.PathLike, checkpoint_dir: str | None = None,
+                        step: int | None = None, decode_cfg: DecodeConfig | None = None,
+                        **kwargs: Any) -> "Translator":
+        """Loads config.json, the tokenizer and the params of a training workdir.
+
+        Args:
+          workdir: the run folder (config.json, spm.model, checkpoints/).
+          checkpoint_dir: a checkpoint directory to read instead of <workdir>/checkpoints,
+            e.g. the output of ``jformer average-checkpoints``.
+          step: the checkpoint step; None for the latest.
+          decode_cfg: overrides the run's decode section.
+        """
+        workdir = os.fspath(workdir)
+        if not os.path.isdir(workdir):
+            raise FileNotFoundError(f"workdir not found: {workdir}")
+        config = load_config(workdir)
+        tokenizer = Tokenizer.load(tokenizer_path(config.data, workdir))
+        params = checkpoint.restore_params(checkpoint_dir or checkpoint.checkpoint_dir(workdir),
+                                           step)
+        check_params(config.model, params)
+        return cls(config.model, params, tokenizer, decode_cfg or config.decode, **kwargs)
+
+    # ------------------------------------------------------------------ encoding
+    def encode_sources(self, sentences: Sequence[str]) -> list[np.ndarray | None]:
+        """EOS-terminated int32 ids per sentence (None for an empty one); overlong sources
+        are truncated with a warning or rejected, by ``decode_cfg.overlong``."""
+        if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+            raise ValueError("sentences must be a sequence of str")
+        limit, eos = self.model_cfg.max_len, self.model_cfg.eos_id
+        nonempty = [i for i, s in enumerate(sentences) if s.strip()]
+        encoded = self.tokenizer.encode([sentences[i] for i in nonempty], add_eos=True)
+        out: list[np.ndarray | None] = [None] * len(sentences)
+        for i, ids in zip(nonempty, encoded):
+            if len(ids) > limit:
+                msg = (f"sentence {i} has {len(ids)} tokens (EOS included), more than "
+                       f"model.max_len={limit}")
+                if self.decode_cfg.overlong == "error":
+                    raise ValueError(msg)
+                warnings.warn(f"{msg}; truncated to {limit}", stacklevel=3)
+                ids = np.append(ids[:limit - 1], np.int32(eos))
+            out[i] = ids
+        return out
+
+    def _plan(self, sources: list[np.ndarray | None], batch_size: int
+              ) -> list[tuple[int, list[int]]]:
+        """(bucket, sentence indices) per batch: by bucket, sorted by length inside."""
+        by_bucket: dict[int, list[int]] = collections.defaultdict(list)
+        for i in sorted((i for i, s in enumerate(sources) if s is not None),
+                        key=lambda i: len(sources[i])):
+            by_bucket[bucket_for(len(sources[i]), self.buckets)].append(i)
+        return [(bucket, idx[start:start + batch_size])
+                for bucket, idx in sorted(by_bucket.items())
+                for start in range(0, len(idx), batch_size)]
+
+    def _spec(self, method: str, beam_size: int, alpha: float, max_len: int,
+              temperature: float, top_k: int) -> SearchSpec:
+        """Normalised spec: fields a method ignores keep defaults (fewer compiles)."""
+        if method == "beam" and beam_size > 1:
+            return SearchSpec("beam", beam_size, float(alpha), max_len,
+                              chunk_size=self.chunk_size)
+        if method == "sample":
+            return SearchSpec("sample", 1, 0.0, max_len, temperature=float(temperature),
+                              top_k=top_k, chunk_size=self.chunk_size)
+        return SearchSpec("greedy", 1, 0.0, max_len, chunk_size=self.chunk_size)
+
+    # ------------------------------------------------------------------ translation
+    def translate(self, sentences: Sequence[str], beam_size: int | None = None,
+                  alpha: float | None = None, max_len: int | None = None, n_best: int = 1,
+                  return_scores: bool = False, method: str = "beam",
+                  temperature: float | None = None, top_k: int | None = None,
+                  rng: Array | None = None, batch_size: int | None = None) -> list:
+        """Translates ``sentences``; results come back in input order.
+
+        Args:
+          sentences: source strings; an empty (or blank) one gives "" without decoding.
+          beam_size, alpha: beam width and length-penalty exponent (default: decode_cfg).
+            beam_size 1 runs greedy search: a width-1 beam IS greedy, but the
+            alive/finished beam formulation would keep a hypothesis alive after the best
+            token was EOS and could return a longer, better-penalised one.
+          max_len: max output tokens (default: the bucket's a * len + b rule).
+          n_best: hypotheses per sentence (beam search: <= beam_size; else 1).
+          return_scores: return :class:`Hypothesis` (text, score, ids) instead of str.
+          method: "beam" | "greedy" | "sample".
+          temperature, top_k: sampling settings (default: decode_cfg).
+          rng: PRNG key for sampling (default: key 0); batch i uses fold_in(rng, i).
+          batch_size: rows per compiled batch (default: decode_cfg.batch_size).
+        Returns:
+          per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
+          (an empty input gives a one-element list).
+        """
+        cfg = self.decode_cfg
+        beam_size = cfg.beam_size if beam_size is None else beam_size
+        alpha = cfg.alpha if alpha is None else alpha
+        batch_size = cfg.batch_size if batch_size is None else batch_size
+        _check_args(method, beam_size, alpha, n_best, batch_size, max_len)
+        temperature = cfg.temperature if temperature is None else temperature
+        top_k = cfg.top_k if top_k is None else top_k
+        rng = jax.random.key(0) if rng is None else rng
+        sources = self.encode_sources(sentences)
+        empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
+        results: list[list[Hypothesis]] = [[empty] for _ in sentences]
+        for batch_no, (bucket, idx) in enumerate(self._plan(sources, batch_size)):
+            out_len = (output_len(bucket, self.model_cfg, cfg, self.chunk_size)
+                       if max_len is None else min(max_len, self.model_cfg.max_len))
+            spec = self._spec(method, beam_size, alpha, out_len, temperature, top_k)
+            hyps = self._decode([sources[i] for i in idx], bucket, batch_size, spec,
+                                jax.random.fold_in(rng, batch_no),
+                                alpha if method == "beam" else 0.0, n_best)
+            for i, h in zip(idx, hyps):
+                results[i] = h
+        if not return_scores:
+            results = [[h.text for h in hyps] for hyps in results]
+        return [r if n_best > 1 else r[0] for r in results]
+
+    def _decode(self, rows: list[np.ndarray], bucket: int, batch_size: int, spec: SearchSpec,
+                rng: Array, alpha: float, n_best: int) -> list[list[Hypothesis]]:
+        """Decodes one batch (rows padded to [batch_size, bucket]); n_best per real row."""
+        cfg = self.model_cfg
+        inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
+        inputs_BS[len(rows):, 0] = cfg.eos_id  # dummy rows: an empty source
+        for r, ids in enumerate(rows):
+            inputs_BS[r, :len(ids)] = ids
+        valid_B = np.arange(batch_size) < len(rows)
+        out = decode_batch(self.params, self.output_DV, inputs_BS, valid_B, rng,
+                           model_cfg=cfg, spec=spec)
+        n = len(rows)
+        tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
+        scores_NW = np.asarray(out.scores)[:n, :n_best].astype(np.float64)
+        lengths_NW = np.asarray(out.lengths)[:n, :n_best]
+        if spec.method == "greedy" and alpha > 0:  # standing in for beam 1: penalise
+            scores_NW = scores_NW / ((5.0 + lengths_NW) / 6.0) ** alpha
+        # [N, W, T] -> [N*W, T] for one batched decode call
+        texts = self.tokenizer.decode(tokens_NWT.reshape(-1, tokens_NWT.shape[-1]))
+        w = tokens_NWT.shape[1]
+        return [[Hypothesis(texts[r * w + j], float(scores_NW[r, j]),
+                            tokens_NWT[r, j, :lengths_NW[r, j]]) for j in range(w)]
+                for r in range(n)]
+
+    def step_fn(self, inputs_BS: Array, max_len: int) -> tuple[decode.StepFn, PyTree]:
+        """(step_fn, state) over the cache for source ids [B, S], as the searches use it."""
+        model = Transformer(self.model_cfg)
+        init = jax.jit(lambda p, x: encode_and_init(model, p, x, max_len))
+        cache = init(self.params, jnp.asarray(inputs_BS))
+        return make_step_fn(model, self.params, cache, output_DV=self.output_DV)
+
+
+def _check_args(method: str, beam_size: int, alpha: float, n_best: int, batch_size: int,
+                max_len: int | None) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
+    for name, value in (("beam_size", beam_size), ("n_best", n_best),
+                        ("batch_size", batch_size)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
+        raise ValueError(f"max_len must be a positive int or None; got {max_len!r}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0; got {alpha!r}")
+    widest = beam_size if method == "beam" else 1
+    if n_best > widest:
+        raise ValueError(f"n_best must be <= {widest} for method={method!r} with "
+                         f"beam_size={beam_size}; got {n_best}")
+
+
+def check_params(model_cfg: ModelConfig, params: PyTree) -> None:
+    """Raises ValueError naming the paths where ``params`` does not fit the model."""
+    dummy = jax.ShapeDtypeStruct((1, 2), jnp.int32)
+    expected = jax.eval_shape(lambda a: Transformer(model_cfg).init(jax.random.key(0), a, a),
+                              dummy)["params"]
+    want, got = ({jax.tree_util.keystr(p): tuple(np.shape(x))
+                  for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+                 for tree in (expected, params))
+    problems = [f"{p}: missing" for p in sorted(want.keys() - got.keys())]
+    problems += [f"{p}: unexpected" for p in sorted(got.keys() - want.keys())]
+    problems += [f"{p}: shape {got[p]}, model expects {want[p]}"
+                 for p in sorted(want.keys() & got.keys()) if want[p] != got[p]]
+    if problems:
+        raise ValueError(f"checkpoint params do not fit the model config ({len(problems)} "
+                         f"problems): {'; '.join(problems[:8])}")

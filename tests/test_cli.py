@@ -1,0 +1,186 @@
+"""Tests for the command line (jformer/cli.py), run in-process through main(argv).
+
+A tiny run folder is built once: config.json, spm.model and two checkpoints written
+with jformer.checkpoint (the newest holds the test model's parameters).
+"""
+import dataclasses
+import io
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jformer import checkpoint
+from jformer.attention_maps import positional_matrix
+from jformer.cli import main
+from jformer.embeddings import sinusoid_table
+from jformer.model import Transformer
+from jformer.translate import Translator
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_translate import build_setup, write_workdir  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LINES = ["Five.", "", "It is late.", "We need one car.", "The number is three.", "Hello"]
+PAIRS = [("Five.", "Fünf."), ("It is late.", "Es ist spät."), ("We need one car.",
+         "Wir brauchen ein Auto."), ("The number is three.", "Die Zahl ist drei.")]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    cfg, params, tok = build_setup(str(root))
+    run = str(root / "run")
+    write_workdir(run, cfg, params, tok, steps=(10, 20))
+    return run
+
+
+@pytest.fixture(scope="module")
+def reference(workdir):
+    return Translator.from_checkpoint(workdir)
+
+
+def run_cli(argv, capsys, stdin_text=None, monkeypatch=None):
+    if stdin_text is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin_text))
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_translate_streams_stdin_to_stdout_in_order(workdir, reference, capsys, monkeypatch):
+    text = "".join(line + "\n" for line in LINES)
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--chunk-lines", 4],
+                               capsys, text, monkeypatch)
+    assert status == 0, err
+    assert out.split("\n")[:-1] == reference.translate(LINES)
+    assert out.endswith("\n") and out.count("\n") == len(LINES)
+    assert "sent" in err  # progress goes to stderr
+    status, out, _ = run_cli(["translate", "--workdir", workdir, "--beam", 1, "--quiet"],
+                             capsys, text, monkeypatch)
+    assert status == 0 and out.split("\n")[:-1] == reference.translate(LINES, beam_size=1)
+
+
+def test_evaluate_prints_bleu_and_chrf_with_signatures(workdir, reference, tmp_path, capsys):
+    pairs = PAIRS
+    (tmp_path / "test.en").write_text("".join(en + "\n" for en, _ in pairs))
+    (tmp_path / "test.de").write_text("".join(de + "\n" for _, de in pairs))
+    hyp = tmp_path / "hyp.de"
+    status, out, err = run_cli(["evaluate", "--workdir", workdir, "--src", tmp_path / "test.en",
+                                "--ref", tmp_path / "test.de", "--hyp-out", hyp, "--quiet"],
+                               capsys)
+    assert status == 0, err
+    lines = out.strip().split("\n")
+    assert lines[0].startswith("BLEU = ") and lines[2].startswith("chrF2 = ")
+    assert "nrefs:1|case:mixed" in lines[1] and "tok:13a" in lines[1]
+    assert "nrefs:1|case:mixed" in lines[3] and "nc:6" in lines[3]
+    assert hyp.read_text().split("\n")[:-1] == reference.translate([en for en, _ in pairs])
+    status, out, _ = run_cli(["evaluate", "--workdir", workdir, "--src", tmp_path / "test.en",
+                              "--ref", tmp_path / "test.de", "--lowercase", "--quiet"], capsys)
+    assert status == 0 and out.count("case:lc") == 2
+
+
+def test_attention_writes_one_png_per_layer_and_kind(workdir, tmp_path, capsys):
+    out_dir = tmp_path / "maps"
+    status, out, err = run_cli(["attention", "--workdir", workdir, "We need one car.",
+                                "--out", out_dir], capsys)
+    assert status == 0, err
+    expected = {f"{stack}_layer{i}_{kind}.png" for i in (0, 1) for stack, kind in
+                (("encoder", "self_attention"), ("decoder", "self_attention"),
+                 ("decoder", "cross_attention"))} | {"positional.png"}
+    assert set(os.listdir(out_dir)) == expected
+    assert sorted(out.split()) == sorted(str(out_dir / name) for name in expected)
+    for name in expected:
+        data = (out_dir / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 1000
+
+
+def test_positional_matrix_is_the_table_the_model_adds(reference):
+    cfg = reference.model_cfg
+    table, title = positional_matrix(reference)
+    np.testing.assert_array_equal(table, sinusoid_table(cfg.max_len, cfg.d_model))
+    assert "interleaved" in title
+    learned_cfg = dataclasses.replace(cfg, positional="learned")
+    dummy = jnp.zeros((1, 4), jnp.int32)
+    params = jax.jit(Transformer(learned_cfg).init)(jax.random.key(1), dummy, dummy)["params"]
+    learned = Translator(learned_cfg, params, reference.tokenizer)
+    table, title = positional_matrix(learned)
+    np.testing.assert_array_equal(table, params["encoder"]["positional"]["table"])
+    assert table.shape == (cfg.max_len, cfg.d_model) and "learned" in title
+
+
+def test_average_checkpoints_then_translate_with_it(workdir, tmp_path, capsys, monkeypatch):
+    out_dir = tmp_path / "avg"
+    status, out, err = run_cli(["average-checkpoints", "--workdir", workdir, "--last", 2,
+                                "--out", out_dir], capsys)
+    assert status == 0, err
+    assert "[10, 20]" in out
+    source = checkpoint.checkpoint_dir(workdir)
+    mean = jax.tree.map(lambda a, b: (a + b) / 2, checkpoint.restore_params(source, 10),
+                        checkpoint.restore_params(source, 20))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
+                 checkpoint.restore_params(out_dir), mean)
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--checkpoint", out_dir,
+                                "--quiet"], capsys, "Five.\nHello\n", monkeypatch)
+    assert status == 0 and out.count("\n") == 2, err
+    status, _, err = run_cli(["average-checkpoints", "--workdir", workdir, "--last", 5,
+                              "--out", tmp_path / "avg5"], capsys)
+    assert status == 1 and "last 5 checkpoints" in err
+
+
+def _broken_workdir(root, workdir, keep):
+    os.makedirs(root)
+    for name in keep:
+        src, dst = os.path.join(workdir, name), os.path.join(root, name)
+        os.symlink(src, dst)
+    return root
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no workdir", "workdir not found: {path}"),
+    ("no config", "config file not found: {path}/config.json (is {path} a training "
+                  "workdir?)"),
+    ("no checkpoint", "no checkpoint directory at {path}/checkpoints"),
+    ("no spm.model", "sentencepiece model not found: {path}/spm.model"),
+])
+def test_missing_run_files_print_one_line_and_exit_1(case, message, workdir, tmp_path,
+                                                     capsys, monkeypatch):
+    path = str(tmp_path / "run")
+    keep = {"no workdir": None, "no config": ["spm.model", "checkpoints"],
+            "no checkpoint": ["config.json", "spm.model"],
+            "no spm.model": ["config.json", "checkpoints"]}[case]
+    if keep is not None:
+        _broken_workdir(path, workdir, keep)
+    status, out, err = run_cli(["translate", "--workdir", path], capsys, "Five.\n",
+                               monkeypatch)
+    assert status == 1 and out == ""
+    assert err.strip().splitlines() == [f"jformer translate: error: "
+                                        f"{message.format(path=path)}"]
+
+
+def test_unreadable_input_files_print_one_line_and_exit_1(workdir, tmp_path, capsys):
+    missing = tmp_path / "missing.en"
+    status, _, err = run_cli(["translate", "--workdir", workdir, "--input", missing], capsys)
+    assert status == 1 and str(missing) in err and "Traceback" not in err
+    (tmp_path / "bad.en").write_bytes(b"\xff\xfe\xfa\n")
+    (tmp_path / "ref.de").write_text("Fünf.\n")
+    status, _, err = run_cli(["evaluate", "--workdir", workdir, "--src", tmp_path / "bad.en",
+                              "--ref", tmp_path / "ref.de"], capsys)
+    assert status == 1 and "not valid UTF-8" in err
+    status, _, err = run_cli(["evaluate", "--workdir", workdir, "--src", missing,
+                              "--ref", tmp_path / "ref.de"], capsys)
+    assert status == 1 and err.strip().splitlines() == [
+        f"jformer evaluate: error: No such file or directory: {missing}"]
+
+
+def test_python_m_jformer_help_lists_the_subcommands():
+    result = subprocess.run([sys.executable, "-m", "jformer", "--help"], capture_output=True,
+                            text=True, timeout=60,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert result.returncode == 0, result.stderr
+    for command in ("translate", "evaluate", "attention", "average-checkpoints"):
+        assert command in result.stdout

@@ -1,0 +1,295 @@
+"""Tests for jformer/translate.py on a tiny random model and a tiny sentencepiece model.
+
+The model is random, so translations are gibberish; the tests check the machinery:
+cached steps equal teacher forcing, batching and bucketing change no result, the number
+of compiled programs stays bounded, special inputs are handled, checkpoints round-trip.
+A bias towards EOS on the last decoder layer gives outputs of varied lengths.
+"""
+import dataclasses
+import functools
+import json
+import os
+import random
+import shutil
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jformer import beam_search, checkpoint, decode, translate
+from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
+                            from_config_dict, to_dict)
+from jformer.data import demo_corpus
+from jformer.masks import NEG_INF
+from jformer.model import Transformer
+from jformer.tokenizer import Tokenizer
+from jformer.translate import Hypothesis, Translator
+
+CORPUS = demo_corpus.generate(0, 300, 0, 0)["train"]
+DECODE = DecodeConfig(beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=4, batch_size=4,
+                      length_buckets=(16, 32), overlong="truncate")
+CHUNK = 8  # the Translator's default, so the CLI tests share its programs
+SHORT = ["Five.", "I see two apples.", "", "The number is three.", "It is late.",
+         "We need one car.", "Hello"]  # all in the 16-token bucket
+
+
+def words_of_corpus() -> list[str]:
+    return sorted({w for en, _ in CORPUS for w in en.split()})
+
+
+@functools.cache
+def _random_params(cfg: ModelConfig) -> dict:
+    dummy = jnp.zeros((1, 4), jnp.int32)
+    init = jax.jit(Transformer(cfg).init)  # eager init would dispatch op by op
+    return jax.device_get(init(jax.random.key(0), dummy, dummy)["params"])
+
+
+def build_setup(directory: str) -> tuple[ModelConfig, dict, Tokenizer]:
+    """Tokenizer (written to <directory>/spm.model), model config and random params."""
+    tok = Tokenizer.train([s for pair in CORPUS for s in pair],
+                          os.path.join(directory, "spm"), vocab_size=400)
+    cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=32, num_heads=4,
+                      num_encoder_layers=2, num_decoder_layers=2, d_ff=64, max_len=40,
+                      dropout_rate=0.0, pad_id=tok.pad_id, bos_id=tok.bos_id,
+                      eos_id=tok.eos_id)
+    params = jax.tree.map(np.copy, _random_params(cfg))
+    # Push the last decoder state towards EOS's embedding: some outputs end early.
+    eos_D = params["shared_embedding"]["embedding"][cfg.eos_id]
+    norm = params["decoder"]["layer_1"]["ffn_residual"]["norm"]
+    norm["bias"] = norm["bias"] + 2.0 * eos_D / np.linalg.norm(eos_D)
+    return cfg, params, tok
+
+
+def write_workdir(workdir: str, cfg: ModelConfig, params: dict, tok: Tokenizer,
+                  steps=(10,)) -> None:
+    """A training-like run folder: config.json, spm.model, checkpoints/<step>/.
+
+    The last step holds ``params``; earlier ones hold them scaled by 1.01, 1.02, ...
+    """
+    os.makedirs(workdir, exist_ok=True)
+    config = Config(cfg, DataConfig(), TrainConfig(), DECODE)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump(to_dict(config), f)
+    shutil.copy(tok.path, os.path.join(workdir, "spm.model"))
+    with checkpoint.Checkpointer(checkpoint.checkpoint_dir(workdir), keep=5, save_every=1,
+                                 async_save=False) as ckpt:
+        for i, step in enumerate(steps):
+            scaled = jax.tree.map(lambda x: x * (1.0 + 0.01 * (len(steps) - 1 - i)), params)
+            ckpt.save(step, {"params": scaled, "step": np.int32(step)}, {"epoch": 0})
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    return build_setup(str(tmp_path_factory.mktemp("spm")))
+
+
+@pytest.fixture(scope="module")
+def translator(setup):
+    cfg, params, tok = setup
+    return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
+
+
+# ------------------------------------------------------------------ pure helpers
+
+
+def test_buckets_and_output_length_rule(setup):
+    cfg = setup[0]
+    assert translate.source_buckets(DECODE, cfg.max_len) == (16, 32, 40)
+    assert translate.source_buckets(dataclasses.replace(DECODE, length_buckets=(8, 64)),
+                                    cfg.max_len) == (8, 40)
+    assert [translate.bucket_for(n, (8, 16, 40)) for n in (1, 8, 9, 40)] == [8, 8, 16, 40]
+    # min(max_len, a * bucket + b) rounded up to the chunk: 8 + 4 -> 12; 32 + 4 -> 36.
+    assert translate.output_len(8, cfg, DECODE, 4) == 12
+    assert translate.output_len(8, cfg, DECODE, 8) == 16
+    assert translate.output_len(32, cfg, DECODE, 4) == 36
+    assert translate.output_len(32, cfg, DECODE, 8) == cfg.max_len  # 40, not 48
+    assert translate.output_len(40, cfg, DECODE, 4) == cfg.max_len
+    half = dataclasses.replace(DECODE, max_len_a=0.5, max_len_b=1)
+    assert translate.output_len(16, cfg, half, 4) == 12  # ceil(9 / 4) * 4
+
+
+def test_load_config_round_trip(tmp_path, setup):
+    config = Config(setup[0], DataConfig(), TrainConfig(), DECODE)
+    (tmp_path / "config.json").write_text(json.dumps(to_dict(config)))
+    assert translate.load_config(tmp_path) == config
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        translate.load_config(tmp_path / "missing")
+
+
+# ------------------------------------------------------------------ decoding
+
+
+def test_step_logits_equal_teacher_forced_logits(translator, setup):
+    cfg, params, _ = setup
+    rng = np.random.default_rng(0)
+    inputs_BS = rng.integers(4, cfg.vocab_size, (2, 7)).astype(np.int32)
+    inputs_BS[0, 5:] = cfg.pad_id
+    targets_BT = rng.integers(4, cfg.vocab_size, (2, 6)).astype(np.int32)
+    expected_BTV = np.asarray(jax.jit(Transformer(cfg).apply)({"params": params}, inputs_BS,
+                                                              targets_BT))
+    decoder_in_BT = np.concatenate([np.full((2, 1), cfg.bos_id), targets_BT[:, :-1]], 1)
+    step_fn, state = translator.step_fn(inputs_BS, max_len=8)
+    # Three hypotheses per source, as beam search runs it: the self-attention state is
+    # tiled, the cross-attention keys/values stay one copy per source.
+    tiled = jax.tree.map(lambda x: jnp.repeat(x, 3, axis=0), state)
+    step = jax.jit(step_fn)
+    kept = np.ones(cfg.vocab_size, bool)
+    kept[[cfg.pad_id, cfg.bos_id]] = False
+    for t in range(targets_BT.shape[1]):
+        logits_BV, state = step(jnp.asarray(decoder_in_BT[:, t]), jnp.int32(t), state)
+        tiled_logits_NV, tiled = step(jnp.asarray(np.repeat(decoder_in_BT[:, t], 3)),
+                                      jnp.int32(t), tiled)
+        np.testing.assert_allclose(np.asarray(logits_BV)[:, kept], expected_BTV[:, t, kept],
+                                   atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(tiled_logits_NV, np.repeat(logits_BV, 3, axis=0),
+                                   atol=1e-5, rtol=1e-5)
+        assert np.all(np.asarray(logits_BV)[:, ~kept] == NEG_INF)  # never generated
+
+
+def test_beam_size_one_is_greedy(translator):
+    greedy = translator.translate(SHORT, method="greedy", return_scores=True)
+    beam1 = translator.translate(SHORT, beam_size=1, return_scores=True)
+    assert [h.text for h in beam1] == [h.text for h in greedy]
+    for g, b in zip(greedy, beam1):  # beam 1 reports the length-penalised score
+        assert b.score == pytest.approx(g.score / ((5 + len(g.ids)) / 6) ** DECODE.alpha,
+                                        rel=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batch_equals_sentences_one_by_one_in_input_order(translator, beam_size):
+    together = translator.translate(SHORT, beam_size=beam_size, return_scores=True)
+    alone = [translator.translate([s], beam_size=beam_size, return_scores=True)[0]
+             for s in SHORT]
+    assert [h.text for h in together] == [h.text for h in alone]
+    np.testing.assert_allclose([h.score for h in together], [h.score for h in alone],
+                               rtol=1e-5, atol=1e-5)
+    backwards = translator.translate(SHORT[::-1], beam_size=beam_size)
+    assert backwards == [h.text for h in together][::-1]
+    assert len({len(h.ids) for h in together}) > 2  # the EOS bias gives varied lengths
+
+
+def test_compilations_stay_bounded_over_mixed_lengths(translator):
+    words, rng = words_of_corpus(), random.Random(0)
+    calls = [[" ".join(rng.choices(words, k=rng.randint(1, 40)))
+              for _ in range(rng.randint(1, 3))] for _ in range(30)]
+    before = translate.trace_count()
+    buckets = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # long sentences are truncated
+        for sentences in calls:
+            lengths = [min(len(s), translator.model_cfg.max_len)
+                       for s in translator.encode_sources(sentences)]
+            buckets |= {translate.bucket_for(n, translator.buckets) for n in lengths}
+            assert len(translator.translate(sentences, method="greedy")) == len(sentences)
+    assert len(buckets) >= 3
+    assert translate.trace_count() - before <= len(buckets)
+
+
+def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator):
+    cfg = translator.model_cfg
+    spec = translator._spec("greedy", 1, 0.0, 24, 1.0, 0)  # the 16-token bucket's program
+    inputs_BS = np.full((DECODE.batch_size, 16), cfg.pad_id, np.int32)
+    inputs_BS[:, 0] = cfg.eos_id
+    out = translate.decode_batch(translator.params, translator.output_DV, inputs_BS,
+                                 np.zeros(DECODE.batch_size, bool), jax.random.key(0),
+                                 model_cfg=cfg, spec=spec)
+    assert np.all(np.asarray(out.tokens)[:, 0, 0] == cfg.eos_id)
+    assert int(out.num_steps) == CHUNK < spec.max_len  # one chunk, then the loop exits
+
+
+def test_empty_sentences_give_empty_translations_without_decoding(translator, monkeypatch):
+    assert translator.translate(["", "   "]) == ["", ""]
+
+    def fail(*args, **kwargs):
+        raise AssertionError("decode_batch must not run for empty inputs")
+
+    monkeypatch.setattr(translate, "decode_batch", fail)
+    assert translator.translate(["", " "], n_best=2) == [[""], [""]]
+    assert translator.translate([]) == []
+
+
+def test_overlong_input_is_truncated_with_a_warning_or_rejected(setup, translator):
+    cfg, params, tok = setup
+    long_text = " ".join(["three hundred and forty-five"] * 12)
+    assert len(tok.encode([long_text])[0]) > cfg.max_len
+    with pytest.warns(UserWarning, match=r"sentence 1 has \d+ tokens"):
+        ids = translator.encode_sources(["Five.", long_text])[1]
+    assert len(ids) == cfg.max_len and ids[-1] == cfg.eos_id
+    strict = Translator(cfg, params, tok, dataclasses.replace(DECODE, overlong="error"))
+    with pytest.raises(ValueError, match=r"sentence 1 has \d+ tokens .*max_len=40"):
+        strict.translate(["Five.", long_text])
+
+
+def test_n_best_returns_sorted_hypotheses(translator):
+    n_best = translator.translate(SHORT[:2], beam_size=3, n_best=3, return_scores=True)
+    best = translator.translate(SHORT[:2], beam_size=3)
+    for hyps, one in zip(n_best, best):
+        assert len(hyps) == 3 and all(isinstance(h, Hypothesis) for h in hyps)
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert hyps[0].text == one
+    assert [len(h) for h in translator.translate(SHORT[:2], beam_size=3, n_best=2)] == [2, 2]
+    with pytest.raises(ValueError, match="n_best must be <= 3"):
+        translator.translate(SHORT[:1], beam_size=3, n_best=4)
+
+
+def test_sampling_top_k_one_is_greedy_and_depends_on_the_key(translator):
+    greedy = translator.translate(SHORT, method="greedy")
+    assert translator.translate(SHORT, method="sample", top_k=1) == greedy
+    key = jax.random.key(7)
+    first = translator.translate(SHORT, method="sample", rng=key)
+    assert translator.translate(SHORT, method="sample", rng=key) == first
+    others = [translator.translate(SHORT, method="sample", rng=jax.random.key(s))
+              for s in (1, 2)]
+    assert any(o != first for o in others)
+
+
+def test_bad_arguments_raise_value_error(setup, translator):
+    cfg, params, tok = setup
+    with pytest.raises(ValueError, match="method must be one of"):
+        translator.translate(["Five."], method="nucleus")
+    with pytest.raises(ValueError, match="sequence of str"):
+        translator.translate("Five.")
+    with pytest.raises(ValueError, match="beam_size must be a positive int"):
+        translator.translate(["Five."], beam_size=0)
+    with pytest.raises(ValueError, match="does not match the model config"):
+        Translator(dataclasses.replace(cfg, vocab_size=cfg.vocab_size + 1), params, tok)
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+def test_restored_translator_equals_in_memory_one(tmp_path, setup, translator):
+    cfg, params, tok = setup
+    write_workdir(str(tmp_path / "run"), cfg, params, tok)
+    restored = Translator.from_checkpoint(tmp_path / "run", chunk_size=CHUNK)
+    assert restored.model_cfg == cfg and restored.decode_cfg == DECODE
+    assert restored.translate(SHORT) == translator.translate(SHORT)
+    wrong = from_config_dict({"model": dataclasses.asdict(
+        dataclasses.replace(cfg, d_ff=48))}).model
+    with pytest.raises(ValueError, match="d_ff|shape"):
+        translate.check_params(wrong, params)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Translator.from_checkpoint(tmp_path / "run", checkpoint_dir=str(tmp_path / "none"))
+
+
+# ------------------------------------------------------- decode-path speed-ups (exactness)
+
+
+def test_fast_argmax_equals_argmax_with_ties():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 5, (6, 37)).astype(np.float32)  # many ties
+    x[2] = -np.inf
+    np.testing.assert_array_equal(decode.fast_argmax(jnp.asarray(x)), np.argmax(x, axis=-1))
+
+
+@pytest.mark.parametrize("vocab", [3, 50])
+def test_two_stage_top_k_equals_one_top_k_over_all_extensions(vocab):
+    rng = np.random.default_rng(vocab)
+    ext_BWV = jnp.asarray(rng.integers(0, 4, (3, 4, vocab)).astype(np.float32))  # ties
+    logp, parent, token = beam_search._top_extensions(ext_BWV, 8)
+    want_logp, flat = jax.lax.top_k(ext_BWV.reshape(3, 4 * vocab), 8)
+    np.testing.assert_array_equal(logp, want_logp)
+    np.testing.assert_array_equal(parent * vocab + token, flat)
