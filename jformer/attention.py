@@ -14,6 +14,7 @@ from jax import lax
 
 from jformer.dropout import keep_mask
 from jformer.masks import NEG_INF
+from jformer.matmul import dense
 from jformer.types import Array
 
 # Glorot-uniform over (d_model -> heads*head_dim) per projection, as for unfused Q/K/V.
@@ -103,11 +104,15 @@ class MultiHeadAttention(nn.Module):
     def _project(self, x_BLD: Array, kernel: Array, biases: tuple[Array | None, ...]) -> Array:
         # [B, L, D] x [D, J, H, K] -> [B, L, J, H, K] (J = 2 or 3 fused projections)
         bias_JHK = jnp.stack([jnp.zeros_like(self.v_bias) if b is None else b for b in biases])
-        return (jnp.einsum("BLD,DJHK->BLJHK", x_BLD.astype(self.dtype),
-                           kernel.astype(self.dtype)) + bias_JHK.astype(self.dtype))
+        d, j, h, k = kernel.shape
+        x_BLD = x_BLD.astype(self.dtype)
+        qkv_BLJHK = dense(x_BLD, kernel.reshape(d, j * h * k)).reshape(x_BLD.shape[:2] + (j, h, k))
+        return qkv_BLJHK + bias_JHK.astype(self.dtype)
 
     def _output(self, ctx_BLHK: Array) -> Array:
-        return (jnp.einsum("BLHK,HKD->BLD", ctx_BLHK, self.out_kernel.astype(self.dtype))
+        b, l, h, k = ctx_BLHK.shape
+        # [B, L, H, K] -> [B, L, H*K] x [H*K, D]
+        return (dense(ctx_BLHK.reshape(b, l, h * k), self.out_kernel.reshape(h * k, -1))
                 + self.out_bias.astype(self.dtype))
 
     def _attend(self, q, k, v, mask, deterministic, kv_heads_first=False):
@@ -155,8 +160,9 @@ class MultiHeadAttention(nn.Module):
         """
         bias_JHK = jnp.stack([jnp.zeros_like(self.v_bias), self.v_bias]).astype(self.dtype)
         # [B, M, D] x [D, 2, H, K] -> [2, B, H, M, K]
-        kv_JBHMK = (jnp.einsum("BMD,DJHK->JBHMK", memory_BMD.astype(self.dtype),
-                               self.kv_kernel.astype(self.dtype))
+        d, j, h, k = self.kv_kernel.shape
+        kv_BMJHK = dense(memory_BMD.astype(self.dtype), self.kv_kernel.reshape(d, j * h * k))
+        kv_JBHMK = (kv_BMJHK.reshape(memory_BMD.shape[:2] + (j, h, k)).transpose(2, 0, 3, 1, 4)
                     + bias_JHK[:, None, :, None, :])
         return kv_JBHMK[0], kv_JBHMK[1]
 
@@ -169,8 +175,9 @@ class MultiHeadAttention(nn.Module):
         source's keys/values for its G hypotheses instead of tiling and reordering them
         every step. ``mask`` must then broadcast against [B, H, G*L, M] (e.g. [B, 1, 1, M]).
         """
-        q_BLHK = (jnp.einsum("BLD,DHK->BLHK", x_BLD.astype(self.dtype),
-                             self.q_kernel.astype(self.dtype)) + self.q_bias.astype(self.dtype))
+        d, h, k = self.q_kernel.shape
+        q_BLHK = (dense(x_BLD.astype(self.dtype), self.q_kernel.reshape(d, h * k))
+                  .reshape(x_BLD.shape[:2] + (h, k)) + self.q_bias.astype(self.dtype))
         rows, length, heads, head_dim = q_BLHK.shape
         sources = k_BHMK.shape[0]
         if rows % sources:

@@ -6,9 +6,11 @@ positional encodings, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos
 """
 from __future__ import annotations
 
-import numpy as np
+import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
+from jax import lax
 
 from jformer.types import Array
 
@@ -53,6 +55,38 @@ class PositionalEncoding(nn.Module):
         return jnp.take(table, positions_BL, axis=0)
 
 
+@jax.custom_vjp
+def tied_logits(x_BLD: Array, embedding_VD: Array) -> Array:
+    """x [B, L, D] . embedding [V, D]^T -> float32 logits [B, L, V] (inputs in one dtype).
+
+    The same product as ``jnp.einsum("BLD,VD->BLV", ...)``; only the backward pass is
+    written out, to pick cheap layouts for XLA:CPU's matrix kernels (see _tied_logits_bwd).
+    """
+    return jnp.einsum("BLD,VD->BLV", x_BLD, embedding_VD, preferred_element_type=jnp.float32)
+
+
+def _tied_logits_fwd(x_BLD, embedding_VD):
+    return tied_logits(x_BLD, embedding_VD), (x_BLD, embedding_VD)
+
+
+def _tied_logits_bwd(residuals, d_logits_BLV):
+    x_BLD, embedding_VD = residuals
+    # Backward matmuls run in the compute dtype (bf16 or f32) with f32 accumulation.
+    g_BLV = d_logits_BLV.astype(x_BLD.dtype)
+    d_x_BLD = jnp.einsum("BLV,VD->BLD", g_BLV, embedding_VD,
+                         preferred_element_type=jnp.float32).astype(x_BLD.dtype)
+    # d embedding = g^T x. Left to itself XLA computes it as [V, B*L] x [B*L, D] and so
+    # first copies g, the largest array of the step ([B*L, V]), into transposed order;
+    # as (x^T g)^T it transposes x [B*L, D] and the [D, V] result instead, V/D times less
+    # data. The barrier keeps XLA from folding the transpose back into the product.
+    d_emb_DV = lax.optimization_barrier(
+        jnp.einsum("BLD,BLV->DV", x_BLD, g_BLV, preferred_element_type=jnp.float32))
+    return d_x_BLD, d_emb_DV.T.astype(embedding_VD.dtype)
+
+
+tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
+
+
 class TokenEmbedding(nn.Module):
     """A [vocab, d_model] embedding: lookups scaled by sqrt(d_model), and tied logits."""
 
@@ -73,5 +107,4 @@ class TokenEmbedding(nn.Module):
 
     def attend(self, x_BLD: Array) -> Array:
         """Tied output projection: [B, L, D] -> float32 logits [B, L, V]."""
-        return jnp.einsum("BLD,VD->BLV", x_BLD, self.embedding.astype(self.dtype),
-                          preferred_element_type=jnp.float32)
+        return tied_logits(x_BLD.astype(self.dtype), self.embedding.astype(self.dtype))

@@ -8,6 +8,8 @@ from flax import linen as nn
 
 from jformer.attention import MultiHeadAttention
 from jformer.config import ModelConfig
+from jformer.dropout import Dropout
+from jformer.matmul import dense_dot_general
 from jformer.types import Array
 
 _DENSE_INIT = nn.initializers.xavier_uniform()
@@ -25,10 +27,12 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x_BLD: Array, deterministic: bool = True) -> Array:
         cfg, dtype = self.cfg, dtype_of(self.cfg)
-        h_BLF = nn.Dense(cfg.d_ff, dtype=dtype, kernel_init=_DENSE_INIT, name="wi")(x_BLD)
+        h_BLF = nn.Dense(cfg.d_ff, dtype=dtype, kernel_init=_DENSE_INIT,
+                         dot_general=dense_dot_general, name="wi")(x_BLD)
         h_BLF = nn.relu(h_BLF) if cfg.activation == "relu" else nn.gelu(h_BLF)
-        h_BLF = nn.Dropout(cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
-        return nn.Dense(cfg.d_model, dtype=dtype, kernel_init=_DENSE_INIT, name="wo")(h_BLF)
+        h_BLF = Dropout(cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
+        return nn.Dense(cfg.d_model, dtype=dtype, kernel_init=_DENSE_INIT,
+                        dot_general=dense_dot_general, name="wo")(h_BLF)
 
 
 class Residual(nn.Module):
@@ -42,7 +46,7 @@ class Residual(nn.Module):
 
     def setup(self):
         self.norm = nn.LayerNorm(epsilon=self.cfg.layer_norm_epsilon, dtype=dtype_of(self.cfg))
-        self.dropout = nn.Dropout(self.cfg.dropout_rate)
+        self.dropout = Dropout(self.cfg.dropout_rate)
 
     def __call__(self, x_BLD: Array, sublayer: Callable[[Array], Array],
                  deterministic: bool = True) -> Array:

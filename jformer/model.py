@@ -16,6 +16,7 @@ from flax import linen as nn
 
 from jformer import masks
 from jformer.config import ModelConfig
+from jformer.dropout import Dropout
 from jformer.embeddings import PositionalEncoding, TokenEmbedding
 from jformer.kv_cache import DecodeCache, init_self_cache
 from jformer.layers import (DecoderLayer, EncoderLayer, check_same_shape, check_tokens,
@@ -47,7 +48,7 @@ class _Stack(nn.Module):
     def setup(self):
         cfg = self.cfg
         self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
-        self.embed_dropout = nn.Dropout(cfg.dropout_rate)
+        self.embed_dropout = Dropout(cfg.dropout_rate)
         if cfg.norm == "pre":  # pre-LN leaves the residual stream unnormalised
             self.final_norm = nn.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg))
 

@@ -1,0 +1,328 @@
+"""Train-step speed: target tokens/s, step time, peak memory and MFU (small / base configs).
+
+    python bench/bench_train.py [--configs small,base] [--dtypes float32,bfloat16]
+        [--steps 20] [--base-steps 10] [--warmup 2] [--dropout 0.1]
+        [--malloc hugepages|glibc]
+
+Runs the real jformer train step (``make_train_step`` + ``DataParallel`` over a one-device
+mesh, donated state, Adam on the paper's schedule, label smoothing 0.1, dropout 0.1) on a
+batch of 64 rows x 32 source x 32 target tokens: random ids from a fixed seed, every row
+full length (no padding), as the peer scripts in ../shared/bench do. Each (config, dtype)
+runs in its own subprocess so its peak RSS (``ru_maxrss``) belongs to that measurement
+alone. Step time is the median of the timed steps after warm-up; the first (compiling)
+step is reported separately.
+
+XLA:CPU allocates each step's scratch memory (about 450 MB for small, 1.5 GB for base)
+as one block that glibc maps fresh from the kernel and unmaps after every step, so each
+step pays for about 4 KiB page faults and zeroing across all of it (small float32:
+~125,000 faults, a sixth of the step's CPU time). ``--malloc hugepages`` (the default)
+runs the measured processes with GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which makes
+glibc ask for transparent huge pages (2 MiB faults; ~750 per step); the same
+environment setting speeds up ``python train.py`` on a CPU. ``--malloc glibc`` measures
+with glibc's defaults.
+
+Model FLOPs per step (the usual MFU convention: matmuls only, recomputation not counted;
+softmax, LayerNorm, biases, Adam and the embedding gather are left out):
+  6 * P_enc * N_src                        encoder Q/K/V/O + FFN weights (P = 4D^2 + 2DF)
+  6 * (P_dec_q * N_tgt + P_dec_kv * N_src) decoder: self Q/K/V/O, cross Q/O, FFN on target
+                                           tokens (6D^2 + 2DF), cross K/V on the memory (2D^2)
+  3 * 4 * L * M * D per layer per row      attention logits Q.K^T and context P.V, forward
+                                           2LMD each, backward twice that; causal self-
+                                           attention counted in full (XLA computes it all)
+  6 * N_tgt * D * V                        tied output projection
+with N_src = B*S, N_tgt = B*T tokens in the batch. MFU = FLOPs / step time / peak, where the
+peak is measured here by a matmul probe (best of several ``jnp.dot`` at 2048x512x2048,
+float32 and bf16 inputs with float32 accumulation), and also quoted against the README's
+figure for these cores (440 GFLOP/s float32, 880 bf16).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+BATCH, SRC_LEN, TGT_LEN = 64, 32, 32
+# Same shapes as ../shared/bench/peer_torch.py.
+CONFIGS = {
+    "small": dict(vocab_size=8192, d_model=256, num_heads=4, d_ff=1024,
+                  num_encoder_layers=3, num_decoder_layers=3),
+    "base": dict(vocab_size=32768, d_model=512, num_heads=8, d_ff=2048,
+                 num_encoder_layers=6, num_decoder_layers=6),
+}
+# ../shared/bench (2026-11-21, this kind of machine, float32): target tokens/s.
+FLAX_WMT = {"small": (2500, 2900), "base": (440, 520)}
+MARIAN_EAGER = {"small": 2458, "base": 294}
+MARIAN_COMPILE = {"small": 2633}
+README_PEAK_GFLOPS = {"float32": 440.0, "bfloat16": 880.0}
+PROBE_SHAPE = (2048, 512, 2048)  # M x K x N
+QUIET_SHARE = 0.05  # of one core: the most other processes may use while a step is timed
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MALLOC_ENV = {"hugepages": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}, "glibc": {}}
+
+
+def _parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", default="small,base", help="comma list of small, base")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="comma list of compute dtypes")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (small)")
+    p.add_argument("--base-steps", type=int, default=10, help="timed steps for base")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps incl. the compile")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--max-wait", type=float, default=60.0,
+                   help="seconds one measurement may wait for a quiet machine (0: no gate)")
+    p.add_argument("--malloc", default="hugepages", choices=sorted(MALLOC_ENV),
+                   help="glibc allocator setting of the measured processes")
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # "config:dtype" or "probe"
+    return p.parse_args(argv)
+
+
+def model_flops(cfg) -> float:
+    """Model FLOPs of one train step (forward + backward) at BATCH x SRC_LEN x TGT_LEN."""
+    d, f, v = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    n_src, n_tgt = BATCH * SRC_LEN, BATCH * TGT_LEN
+    enc = 6 * (4 * d * d + 2 * d * f) * n_src * cfg.num_encoder_layers
+    dec = 6 * ((6 * d * d + 2 * d * f) * n_tgt + 2 * d * d * n_src) * cfg.num_decoder_layers
+    attn_rows = (cfg.num_encoder_layers * SRC_LEN * SRC_LEN
+                 + cfg.num_decoder_layers * (TGT_LEN * TGT_LEN + TGT_LEN * SRC_LEN))
+    attn = 3 * 4 * attn_rows * d * BATCH
+    out = 6 * n_tgt * d * v
+    return float(enc + dec + attn + out)
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds all processes of the machine have been busy (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / _CLOCK_TICKS
+
+
+class QuietGate:
+    """Keeps a timed step only if other processes used < 5% of a core meanwhile.
+
+    The 2 cores are shared; a step timed while another job computes measures that job.
+    As ../shared/bench/peer_torch.py does for the peers, contended steps are dropped
+    and the next one waits for a quiet second; after ``max_wait_s`` of waiting in one
+    measurement, steps are kept as they come (and counted in ``contended_kept``).
+    """
+
+    def __init__(self, max_wait_s: float):
+        self.max_wait_s, self.waited_s, self.dropped, self.contended_kept = max_wait_s, 0.0, 0, 0
+        self._quiet = True
+
+    def _is_quiet(self, wall_s: float, foreign_cpu_s: float) -> bool:
+        return foreign_cpu_s <= QUIET_SHARE * wall_s + 2.0 / _CLOCK_TICKS
+
+    def keep(self, wall_s: float, foreign_cpu_s: float) -> bool:
+        self._quiet = self._is_quiet(wall_s, foreign_cpu_s)
+        if self._quiet:
+            return True
+        if self.waited_s >= self.max_wait_s:
+            self.contended_kept += 1
+            return True
+        self.dropped += 1
+        return False
+
+    def wait(self, window_s: float = 0.5, windows: int = 2, force: bool = False) -> None:
+        """After a contended step (or if forced): blocks until `windows` quiet windows in a row."""
+        quiet_in_row = windows if self._quiet and not force else 0
+        while quiet_in_row < windows and self.waited_s < self.max_wait_s:
+            busy0, own0 = _machine_busy_s(), time.process_time()
+            time.sleep(window_s)
+            self.waited_s += window_s
+            foreign = _machine_busy_s() - busy0 - (time.process_time() - own0)
+            quiet_in_row = quiet_in_row + 1 if self._is_quiet(window_s, foreign) else 0
+        self._quiet = True
+
+
+def _probe() -> dict:
+    """Best-of-N GEMM rate (GFLOP/s) of this process's jnp.dot, float32 and bf16 inputs."""
+    import jax
+    import jax.numpy as jnp
+    m, k, n = PROBE_SHAPE
+    out = {}
+    QuietGate(max_wait_s=30.0).wait(force=True)
+    for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16)):
+        a = jax.random.normal(jax.random.key(0), (m, k), dtype)
+        b = jax.random.normal(jax.random.key(1), (k, n), dtype)
+        dot = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+        dot(a, b).block_until_ready()
+        times = []
+        for _ in range(30):
+            t0 = time.perf_counter()
+            dot(a, b).block_until_ready()
+            times.append(time.perf_counter() - t0)
+        out[name] = 2 * m * k * n / min(times) / 1e9
+    return out
+
+
+def _batches(vocab_size: int, count: int = 4) -> list[dict]:
+    import numpy as np
+    rng = np.random.default_rng(0)
+    # ids from 4 up: never PAD/BOS/EOS/UNK, so every position is a real token
+    return [{"inputs": rng.integers(4, vocab_size, (BATCH, SRC_LEN), dtype=np.int32),
+             "targets": rng.integers(4, vocab_size, (BATCH, TGT_LEN), dtype=np.int32)}
+            for _ in range(count)]
+
+
+def _build(config: str, dtype: str, dropout: float):
+    """The compiled one-device train step, its state and 4 device batches."""
+    import jax
+    from jformer.config import ModelConfig, TrainConfig
+    from jformer.model import Transformer
+    from jformer.schedules import make_optimizer
+    from jformer.sharding import DataParallel, make_mesh
+    from jformer.train_step import create_train_state, make_train_step
+
+    cfg = ModelConfig(**CONFIGS[config], dropout_rate=dropout, max_len=64, dtype=dtype)
+    tcfg = TrainConfig(label_smoothing=0.1, compute_dtype=dtype)
+    model = Transformer(cfg)
+    tx, schedule = make_optimizer(tcfg, cfg.d_model)
+    dp = DataParallel(make_mesh(jax.devices()[:1]))  # what a one-CPU user runs
+    step = dp.compile(make_train_step(model, tx, label_smoothing=tcfg.label_smoothing,
+                                      pad_id=cfg.pad_id, schedule=schedule))
+    host_batches = _batches(cfg.vocab_size)
+    state = dp.put_state(create_train_state(model, tx, tcfg.seed, host_batches[0]))
+    return cfg, dp, step, state, [dp.put_batch(b) for b in host_batches]
+
+
+def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
+             max_wait_s: float) -> dict:
+    """One (config, dtype) row; run in its own process."""
+    import jax
+    cfg, dp, step, state, batches = _build(config, dtype, dropout)
+    params = sum(x.size for x in jax.tree.leaves(state.params))
+    gate = QuietGate(max_wait_s)
+    times, faults, first_s, i = [], [], None, 0
+    while len(times) < steps:
+        if i >= warmup:
+            gate.wait()
+        t0, own0, busy0 = time.perf_counter(), time.process_time(), _machine_busy_s()
+        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        state, metrics = step(state, batches[i % len(batches)])
+        jax.block_until_ready((state, metrics))
+        wall = time.perf_counter() - t0
+        first_s = wall if first_s is None else first_s
+        if i >= warmup and gate.keep(wall, _machine_busy_s() - busy0 - (time.process_time() - own0)):
+            times.append(wall)
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0)
+        i += 1
+    loss = dp.get_metrics(metrics)
+    if loss["nonfinite"]:
+        raise RuntimeError(f"{config}/{dtype}: non-finite loss {loss}")
+    return {"config": config, "dtype": dtype, "params": params, "first_step_s": first_s,
+            "step_s": statistics.median(times), "steps": steps, "spread": (min(times), max(times)),
+            "dropped": gate.dropped, "contended_kept": gate.contended_kept,
+            "waited_s": gate.waited_s, "loss_per_token": loss["loss"] / loss["tokens"],
+            "page_faults_per_step": statistics.median(faults),
+            "flops": model_flops(cfg), "peak_rss_mib": _peak_rss_mib()}
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _run_worker(spec: str, args: argparse.Namespace) -> dict:
+    """Runs this script with --worker in a fresh process; returns its JSON line."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", spec,
+           "--steps", str(args.steps), "--base-steps", str(args.base_steps),
+           "--warmup", str(args.warmup), "--dropout", str(args.dropout), "--malloc", args.malloc,
+           "--max-wait", str(args.max_wait)]
+    env = dict(os.environ)
+    for name, value in MALLOC_ENV[args.malloc].items():  # appended to the caller's tunables
+        env[name] = ":".join(filter(None, [env.get(name, ""), value]))
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    if done.returncode:
+        raise RuntimeError(f"worker {spec} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _worker_main(args: argparse.Namespace) -> None:
+    if args.worker == "probe":
+        print(json.dumps(_probe()))
+        return
+    config, dtype = args.worker.split(":")
+    steps = args.base_steps if config == "base" else args.steps
+    print(json.dumps(_measure(config, dtype, steps, max(args.warmup, 1), args.dropout,
+                              args.max_wait)))
+
+
+def _table(rows: list[dict], probe: dict) -> str:
+    lines = ["| config | dtype | params | step s (median) | min-max s | tgt tok/s | vs Flax WMT "
+             "mid | first step s | steps (dropped) | peak RSS MiB | GFLOP/step | GFLOP/s "
+             "| MFU (probe) | MFU (README peak) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        tok_s = BATCH * TGT_LEN / r["step_s"]
+        rate = r["flops"] / r["step_s"] / 1e9
+        mid = sum(FLAX_WMT[r["config"]]) / 2
+        lines.append(
+            f"| {r['config']} | {r['dtype']} | {r['params'] / 1e6:.2f}M | {r['step_s']:.3f} | "
+            f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f} | {tok_s:,.0f} | {tok_s / mid:.2f}x | "
+            f"{r['first_step_s']:.1f} | {_steps_cell(r)} | {r['peak_rss_mib']:,.0f} | "
+            f"{r['flops'] / 1e9:.1f} | {rate:.0f} | {rate / probe[r['dtype']]:.0%} | "
+            f"{rate / README_PEAK_GFLOPS[r['dtype']]:.0%} |")
+    return "\n".join(lines)
+
+
+def _steps_cell(r: dict) -> str:
+    cell = f"{r['steps']} ({r['dropped']})"
+    if r["contended_kept"]:  # the gate gave up waiting: these steps ran beside other jobs
+        cell += f", {r['contended_kept']} contended"
+    return cell
+
+
+def _references(configs: list[str]) -> str:
+    lines = ["| reference (float32, ../shared/bench) | config | tgt tok/s |", "|---|---|---:|"]
+    for c in configs:
+        lo, hi = FLAX_WMT[c]
+        lines.append(f"| Flax WMT example | {c} | {lo:,}-{hi:,} |")
+        lines.append(f"| HF Marian eager | {c} | {MARIAN_EAGER[c]:,} |")
+        if c in MARIAN_COMPILE:
+            lines.append(f"| HF Marian torch.compile | {c} | {MARIAN_COMPILE[c]:,} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    args = _parse(argv)
+    if args.worker:
+        _worker_main(args)
+        return
+    configs = [c for c in args.configs.split(",") if c]
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    for c in configs:
+        if c not in CONFIGS:
+            raise ValueError(f"--configs must name {sorted(CONFIGS)}; got {c!r}")
+    for d in dtypes:
+        if d not in README_PEAK_GFLOPS:
+            raise ValueError(f"--dtypes must name {sorted(README_PEAK_GFLOPS)}; got {d!r}")
+    probe = _run_worker("probe", args)
+    print(f"matmul probe {'x'.join(map(str, PROBE_SHAPE))} (best of 30): "
+          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in probe.items()), flush=True)
+    rows = []
+    for c in configs:
+        for d in dtypes:
+            rows.append(_run_worker(f"{c}:{d}", args))
+            r = rows[-1]
+            print(f"  {c} {d}: {r['step_s']:.3f} s/step, "
+                  f"{BATCH * TGT_LEN / r['step_s']:,.0f} tok/s, "
+                  f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)
+    print(f"\n### Train step, batch {BATCH} x {SRC_LEN} src x {TGT_LEN} tgt, "
+          f"dropout {args.dropout}, label smoothing 0.1, Adam, 1 device, "
+          f"malloc {args.malloc} {MALLOC_ENV[args.malloc] or ''}\n")
+    print(_table(rows, probe))
+    print()
+    print(_references(configs))
+
+
+if __name__ == "__main__":
+    main()
