@@ -73,3 +73,21 @@ def test_token_embedding_scale_and_tied_logits():
     h = jax.random.normal(jax.random.PRNGKey(1), (2, 4, D))
     logits = emb.apply(v, h, method=TokenEmbedding.attend)
     np.testing.assert_allclose(logits, np.einsum("bld,vd->blv", h, E), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_tied_logits_and_gradients_equal_the_plain_product(dtype):
+    from jformer.embeddings import tied_logits
+    kx, ke, kc = jax.random.split(jax.random.PRNGKey(0), 3)
+    x = jax.random.normal(kx, (2, 3, 5)).astype(dtype)
+    emb = jax.random.normal(ke, (11, 5)).astype(dtype)
+    c = jax.random.normal(kc, (2, 3, 11))
+    plain = lambda x, e: jnp.einsum("BLD,VD->BLV", x.astype(jnp.float32), e.astype(jnp.float32))
+    tol = 1e-5 if dtype == jnp.float32 else 5e-2
+    np.testing.assert_allclose(tied_logits(x, emb), plain(x, emb), rtol=tol, atol=tol)
+    assert tied_logits(x, emb).dtype == jnp.float32
+    got = jax.jit(jax.grad(lambda x, e: (tied_logits(x, e) * c).sum(), argnums=(0, 1)))(x, emb)
+    want = jax.grad(lambda x, e: (plain(x, e) * c).sum(), argnums=(0, 1))(x, emb)
+    for g, w, primal in zip(got, want, (x, emb)):
+        assert g.dtype == primal.dtype
+        np.testing.assert_allclose(np.asarray(g, np.float32), w, rtol=tol, atol=tol * 4)

@@ -46,3 +46,30 @@ def test_gradient_flows_only_from_weighted_positions():
     g = jax.grad(lambda l: smoothed_cross_entropy(l, jnp.array([[1, 2]]),
                                                   jnp.array([[1.0, 0.0]]), 0.1)["loss"])(logits)
     assert np.abs(np.asarray(g[0, 1])).max() == 0.0 and np.abs(np.asarray(g[0, 0])).max() > 0
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradients_match_autodiff_of_log_softmax(eps):
+    """The hand-written backward pass (softmax minus smoothed target) for loss and nll."""
+    logits = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 7)) * 3
+    targets = jnp.array([[1, 6, 0], [2, 2, 5]])
+    weights = jnp.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.5]])
+
+    def reference(l):
+        logp = jax.nn.log_softmax(l)
+        q = jnp.where(jax.nn.one_hot(targets, 7) > 0, 1 - eps, eps / 6)
+        ent = -jnp.sum(jnp.where(q > 0, q * jnp.log(jnp.where(q > 0, q, 1)), 0), -1)
+        nll = -jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]
+        return ((-(q * logp).sum(-1) - ent) * weights).sum(), (nll * weights).sum()
+
+    for index in (0, 1):  # loss, then nll
+        ours = jax.grad(lambda l: smoothed_cross_entropy(l, targets, weights, eps)[
+            ("loss", "nll")[index]])(logits)
+        want = jax.grad(lambda l: reference(l)[index])(logits)
+        np.testing.assert_allclose(ours, want, atol=1e-6)
+
+
+def test_correct_counts_targets_with_the_highest_logit():
+    logits = jnp.array([[[0.0, 2.0, 1.0], [3.0, 0.0, 1.0], [0.0, 0.0, 5.0]]])
+    out = smoothed_cross_entropy(logits, jnp.array([[1, 2, 2]]), jnp.array([[1.0, 1.0, 0.0]]))
+    assert float(out["correct"]) == 1.0  # row 0 right, row 1 wrong, row 2 weight 0
