@@ -2,7 +2,7 @@
 
     python bench/bench_train.py [--configs small,base] [--dtypes float32,bfloat16]
         [--steps 20] [--base-steps 10] [--warmup 2] [--dropout 0.1]
-        [--malloc hugepages|glibc]
+        [--malloc hugepages|glibc] [--max-wait 60]
 
 Runs the real jformer train step (``make_train_step`` + ``DataParallel`` over a one-device
 mesh, donated state, Adam on the paper's schedule, label smoothing 0.1, dropout 0.1) on a
@@ -10,7 +10,10 @@ batch of 64 rows x 32 source x 32 target tokens: random ids from a fixed seed, e
 full length (no padding), as the peer scripts in ../shared/bench do. Each (config, dtype)
 runs in its own subprocess so its peak RSS (``ru_maxrss``) belongs to that measurement
 alone. Step time is the median of the timed steps after warm-up; the first (compiling)
-step is reported separately.
+step is reported separately. As in the peer script, a step is timed only while other
+processes use < 5% of a core (the 2 cores are shared): contended steps are dropped and
+the next waits for a quiet second; after ``--max-wait`` seconds of waiting in one
+measurement, steps are kept as they come and counted as "contended" in the table.
 
 XLA:CPU allocates each step's scratch memory (about 450 MB for small, 1.5 GB for base)
 as one block that glibc maps fresh from the kernel and unmaps after every step, so each
@@ -32,13 +35,15 @@ softmax, LayerNorm, biases, Adam and the embedding gather are left out):
   6 * N_tgt * D * V                        tied output projection
 with N_src = B*S, N_tgt = B*T tokens in the batch. MFU = FLOPs / step time / peak, where the
 peak is measured here by a matmul probe (best of several ``jnp.dot`` at 2048x512x2048,
-float32 and bf16 inputs with float32 accumulation), and also quoted against the README's
-figure for these cores (440 GFLOP/s float32, 880 bf16).
+float32 and bf16 inputs with float32 accumulation), and also against the peak the
+../shared/bench README quotes (440 GFLOP/s float32, 880 bf16). On the Zen 4 cores measured
+so far the probe finds half of that (~215 and ~425: 512-bit FMAs issue as two 256-bit
+halves), while torch's float32 GEMM ran as fast as in the README's own run, so the
+README's peak figure, not the machine, seems to differ.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import resource
