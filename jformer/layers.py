@@ -95,7 +95,7 @@ class DecoderLayer(nn.Module):
         self.ffn_residual = Residual(self.cfg)
 
     def project_memory(self, encoded_BSD: Array) -> tuple[Array, Array]:
-        """Cross-attention keys and values for this layer, each [B, S, H, K]."""
+        """Cross-attention keys and values for this layer, each [B, H, S, K] (heads first)."""
         return self.cross_attention.project_memory(encoded_BSD)
 
     def __call__(self, y_BTD: Array, encoded_BSD: Array, self_mask: Array | None,
@@ -103,9 +103,9 @@ class DecoderLayer(nn.Module):
         y_BTD = self.self_residual(
             y_BTD, lambda h: self.self_attention.self_attend(h, self_mask, deterministic),
             deterministic)
-        k_BSHK, v_BSHK = self.project_memory(encoded_BSD)
+        k_BHSK, v_BHSK = self.project_memory(encoded_BSD)
         y_BTD = self.cross_residual(
-            y_BTD, lambda h: self.cross_attention.cross_attend(h, k_BSHK, v_BSHK, cross_mask,
+            y_BTD, lambda h: self.cross_attention.cross_attend(h, k_BHSK, v_BHSK, cross_mask,
                                                                deterministic), deterministic)
         return self.ffn_residual(y_BTD, lambda h: self.ffn(h, deterministic), deterministic)
 
