@@ -66,6 +66,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.train = t = ml_collections.ConfigDict()
     t.seed = 0
     t.num_steps = 100_000  # paper 5.2: base trained 100k steps
+    t.max_minutes = 0.0  # wall-clock budget (data, compile, steps, evaluations); 0 = none
     t.warmup_steps = 4000  # paper 5.3
     t.learning_rate_scale = 1.0  # lrate = scale * d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
     t.adam_b1 = 0.9  # paper 5.3

@@ -147,6 +147,7 @@ class TrainConfig:
 
     seed: int = 0
     num_steps: int = 100_000  # paper 5.2: 100k steps for base
+    max_minutes: float = 0.0  # wall-clock budget per run of train() (0: none); stops early
     warmup_steps: int = 4000  # paper 5.3
     learning_rate_scale: float = 1.0  # multiplies d_model^-0.5 * min(...) (paper eq. 3)
     adam_b1: float = 0.9  # paper 5.3
@@ -175,6 +176,7 @@ class TrainConfig:
                      "checkpoint_every", "keep_checkpoints", "num_processes"):
             _check_positive(s, name, getattr(self, name))
         _check(self.warmup_steps >= 0, f"{s}.warmup_steps", ">= 0", self.warmup_steps)
+        _check(self.max_minutes >= 0, f"{s}.max_minutes", ">= 0 (0: no budget)", self.max_minutes)
         _check_rate(s, "label_smoothing", self.label_smoothing)
         _check_choice(s, "parallelism", self.parallelism, ("shard_map", "pmap"))
         _check_choice(s, "compute_dtype", self.compute_dtype, DTYPES)

@@ -1,6 +1,13 @@
-"""Progress bar, log lines and TensorBoard scalars for the training loop (process 0 only)."""
+"""Progress bar, log lines, TensorBoard scalars and ``metrics.jsonl`` (process 0 only).
+
+``<workdir>/metrics.jsonl`` holds one JSON object per logging interval or evaluation:
+``{"kind": "train" | "eval", "step", "time_s", ...figures}``, where ``time_s`` counts
+wall-clock seconds since the run (this invocation of ``train``) started. It is what
+``jformer curves`` plots.
+"""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -10,23 +17,45 @@ from typing import Any, Mapping
 import jax
 
 _log = logging.getLogger("jformer.train")
+METRICS_FILENAME = "metrics.jsonl"
+
+
+def metrics_row(kind: str, step: int, time_s: float, figures: Mapping[str, Any]) -> str:
+    """One ``metrics.jsonl`` line; only the numeric figures are kept."""
+    numbers = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
+    return json.dumps({"kind": kind, "step": step, "time_s": round(time_s, 3), **numbers}) + "\n"
+
+
+def append_metrics(workdir: str, kind: str, step: int, time_s: float,
+                   figures: Mapping[str, Any]) -> None:
+    """Appends one row to ``<workdir>/metrics.jsonl`` (process 0 only)."""
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, METRICS_FILENAME), "a") as f:
+            f.write(metrics_row(kind, step, time_s, figures))
 
 
 class Progress:
     """Shows step, loss, target tokens/s, learning rate and time left; writes TensorBoard."""
 
-    def __init__(self, workdir: str, *, start_step: int, num_steps: int):
+    def __init__(self, workdir: str, *, start_step: int, num_steps: int,
+                 start_time: float | None = None, budget_s: float | None = None):
         self.enabled = jax.process_index() == 0
         self.start_step, self.num_steps = start_step, num_steps
+        self.start_time = time.monotonic() if start_time is None else start_time
+        self.budget_s = budget_s
         self._t_last, self._step_last = time.perf_counter(), start_step
-        self._bar = self._writer = None
+        self._bar = self._writer = self._jsonl = None
         if not self.enabled:
             return
+        self._jsonl = open(os.path.join(workdir, METRICS_FILENAME), "a")
         from tensorboardX import SummaryWriter
         from tqdm import tqdm
 
         self._writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
-        self._bar = tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
+        # With a time budget the step count is open-ended: the bar shows budget_left, not
+        # an ETA to num_steps.
+        total = num_steps if budget_s is None else None
+        self._bar = tqdm(total=total, initial=start_step, desc="train", unit="step",
                          dynamic_ncols=True, file=sys.stderr, mininterval=1.0)
 
     def train(self, step: int, summed: Mapping[str, float], learning_rate: float) -> None:
@@ -40,9 +69,15 @@ class Progress:
         nll = summed.get("nll", 0.0) / max(tokens, 1.0)
         tok_per_s = tokens / elapsed
         self._bar.update(step - self._step_last)
-        self._bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_per_s:,.0f}",
-                              lr=f"{float(learning_rate):.2e}", refresh=False)
+        postfix = dict(loss=f"{loss:.3f}", tok_s=f"{tok_per_s:,.0f}",
+                       lr=f"{float(learning_rate):.2e}")
+        if self.budget_s is not None:
+            left = max(self.budget_s - self._elapsed(), 0.0)
+            postfix["budget_left"] = f"{int(left // 60)}:{int(left % 60):02d}"
+        self._bar.set_postfix(**postfix, refresh=False)
         self._t_last, self._step_last = now, step
+        self._record("train", step, loss=loss, nll=nll, learning_rate=float(learning_rate),
+                     target_tokens_per_sec=tok_per_s)
         for name, value in (("loss", loss), ("nll", nll), ("learning_rate", float(learning_rate)),
                             ("target_tokens_per_sec", tok_per_s),
                             ("grad_norm", summed.get("grad_norm", 0.0) / max(summed["steps"], 1)),
@@ -60,10 +95,19 @@ class Progress:
         for k, v in numbers.items():
             self._writer.add_scalar(f"{prefix}/{k}", v, step)
         self._writer.flush()
+        self._record(prefix, step, **numbers)
         # Training time excludes evaluation in the tokens/s figure.
         self._t_last = time.perf_counter()
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.start_time
+
+    def _record(self, kind: str, step: int, **figures: float) -> None:
+        self._jsonl.write(metrics_row(kind, step, self._elapsed(), figures))
+        self._jsonl.flush()
 
     def close(self) -> None:
         if self.enabled:
             self._bar.close()
             self._writer.close()
+            self._jsonl.close()

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import time
 from typing import Any, Mapping
 
 import jax
@@ -21,7 +22,7 @@ from jformer import config as config_lib
 from jformer.checkpoint import Checkpointer, checkpoint_dir
 from jformer.data.pipeline import DataSplit, build_pipeline
 from jformer.model import Transformer
-from jformer.progress import Progress
+from jformer.progress import Progress, append_metrics
 from jformer.schedules import make_optimizer
 from jformer.sharding import DataParallel, make_mesh
 from jformer.train_step import TrainState, create_train_state, make_eval_step, make_train_step
@@ -83,6 +84,7 @@ class Job:
     train_step: Any
     eval_step: Any
     schedule: Any
+    start_time: float = dataclasses.field(default_factory=time.monotonic)
 
 
 def build_job(raw: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]:
@@ -153,8 +155,10 @@ def train(raw_config: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]
 
     Returns the job and the final state (single copy, possibly replicated over devices).
     """
+    start = time.monotonic()  # train.max_minutes counts from here: data, compile, steps, evals
     os.makedirs(workdir, exist_ok=True)
     job, state = build_job(raw_config, workdir)
+    job.start_time = start
     write_run_config(workdir, job.cfg)
     tcfg = job.cfg.train
     with Checkpointer(checkpoint_dir(workdir), keep=tcfg.keep_checkpoints,
@@ -165,34 +169,48 @@ def train(raw_config: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]
 
 
 def train_and_evaluate(raw_config: Mapping[str, Any], workdir: str) -> dict[str, Any]:
-    """Trains, then returns final validation loss, perplexity, BLEU, chrF and samples."""
+    """Trains, then returns final validation loss, perplexity, BLEU, chrF and samples.
+
+    The final figures are also appended to ``<workdir>/metrics.jsonl`` (kind "final").
+    """
     job, state = train(raw_config, workdir)
     final = {"step": int(state.step), **evaluate_loss(job, state.params)}
     if jax.process_index() == 0:
         final.update(evaluate_bleu(job, state.params, job.cfg.train.eval_bleu_sentences,
                                    num_samples=5))
+    append_metrics(workdir, "final", final["step"], time.monotonic() - job.start_time, final)
     return final
 
 
 def run_loop(job: Job, state, ckpt: Checkpointer):
-    """The step loop: train, log, evaluate and checkpoint until ``train.num_steps``."""
+    """The step loop: train, log, evaluate and checkpoint until ``train.num_steps``.
+
+    With ``train.max_minutes`` the loop also ends, with a checkpoint, once that much
+    wall-clock time has passed since ``job.start_time``.
+    """
     tcfg = job.cfg.train
+    budget = Budget(job.start_time, tcfg.max_minutes, check_every=tcfg.log_every)
     step = int(job.dp.get_state(state).step)
-    progress = Progress(job.workdir, start_step=step, num_steps=tcfg.num_steps)
+    progress = Progress(job.workdir, start_step=step, num_steps=tcfg.num_steps,
+                        start_time=job.start_time, budget_s=budget.seconds)
     pending: list[Any] = []  # device metrics since the last host read (no per-step sync)
     batches = job.train_data.batches
-    while step < tcfg.num_steps:
+    last_step = tcfg.num_steps
+    while step < last_step:
         batch = next(batches)
         state, metrics = job.train_step(state, job.dp.put_batch(batch))
         pending.append(metrics)
         step += 1
-        due_ckpt = step % tcfg.checkpoint_every == 0 or step == tcfg.num_steps
+        if budget.spent(step):
+            last_step = step
+            _log.info("train.max_minutes=%g reached at step %d", tcfg.max_minutes, step)
+        due_ckpt = step % tcfg.checkpoint_every == 0 or step == last_step
         if step % tcfg.log_every == 0 or due_ckpt or step % tcfg.eval_every == 0:
             summed = _sum_metrics(job.dp, pending)
             pending = []
             check_finite(summed, step, ckpt)
             progress.train(step, summed, job.schedule(step - 1))
-        if step % tcfg.eval_every == 0 and step < tcfg.num_steps:
+        if step % tcfg.eval_every == 0 and step < last_step:
             params = job.dp.get_state(state).params
             scores = evaluate_loss(job, params)
             if jax.process_index() == 0:
@@ -200,10 +218,35 @@ def run_loop(job: Job, state, ckpt: Checkpointer):
             progress.evaluate(step, scores)
         if due_ckpt:
             ckpt.save(step, job.dp.get_state(state), batches.get_state(),
-                      force=step == tcfg.num_steps)
+                      force=step == last_step)
     ckpt.wait()
     progress.close()
     return state
+
+
+class Budget:
+    """Whether ``train.max_minutes`` of wall-clock time have passed.
+
+    One process reads its clock every step; several processes agree (process 0's
+    clock, broadcast) every ``check_every`` steps so that all stop at the same step.
+    """
+
+    def __init__(self, start_time: float, max_minutes: float, check_every: int):
+        self.seconds = max_minutes * 60.0 if max_minutes > 0 else None
+        self.deadline = None if self.seconds is None else start_time + self.seconds
+        self.check_every = check_every
+
+    def spent(self, step: int) -> bool:
+        if self.deadline is None:
+            return False
+        if jax.process_count() == 1:
+            return time.monotonic() >= self.deadline
+        if step % self.check_every:
+            return False
+        from jax.experimental import multihost_utils
+
+        over = np.asarray(time.monotonic() >= self.deadline, dtype=np.int32)
+        return bool(multihost_utils.broadcast_one_to_all(over))
 
 
 def _sum_metrics(dp: DataParallel, pending: list) -> dict[str, float]:

@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import time
 
 import jax
 import numpy as np
@@ -67,3 +68,34 @@ def test_pmap_job_matches_shard_map_job(tmp_path, shared_vocab):
     _, sb = train_lib.train(tiny_config(num_steps=3, parallelism="pmap"), b)
     for x, y in zip(leaves(sa.params), leaves(sb.params)):
         np.testing.assert_allclose(x, y, atol=2e-6, rtol=1e-5)
+
+
+def test_time_budget_ends_the_run_with_a_checkpoint_and_metrics_rows(tmp_path, shared_vocab):
+    w = workdir_with_vocab(tmp_path, "budget", shared_vocab)
+    # A budget of 0.06 ms is spent before the first step returns: the run stops at step 1.
+    _, state = train_lib.train(tiny_config(num_steps=50, max_minutes=1e-6), w)
+    assert int(state.step) == 1
+    with Checkpointer(checkpoint_dir(w), keep=3, save_every=10) as ckpt:
+        assert ckpt.all_steps() == [1]
+    rows = [json.loads(line) for line in open(os.path.join(w, "metrics.jsonl"))]
+    assert [(r["kind"], r["step"]) for r in rows] == [("train", 1)]
+    assert rows[0]["time_s"] > 0 and rows[0]["loss"] > 0 and rows[0]["learning_rate"] > 0
+
+
+def test_budget_clock():
+    now = time.monotonic()
+    assert train_lib.Budget(now - 61.0, 1.0, check_every=5).spent(3)
+    assert not train_lib.Budget(now, 1.0, check_every=5).spent(3)
+    assert not train_lib.Budget(now - 1e6, 0.0, check_every=5).spent(3)  # 0: no budget
+
+
+def test_train_and_evaluate_logs_periodic_and_final_figures(tmp_path, shared_vocab):
+    w = workdir_with_vocab(tmp_path, "final", shared_vocab)
+    final = train_lib.train_and_evaluate(tiny_config(num_steps=10, eval_every=5), w)
+    assert final["step"] == 10 and 0 <= final["bleu"] <= 100 and final["perplexity"] > 1
+    assert "case:mixed" in final["bleu_signature"] and len(final["samples"]) == 5
+    rows = [json.loads(line) for line in open(os.path.join(w, "metrics.jsonl"))]
+    assert [(r["kind"], r["step"]) for r in rows] == [
+        ("train", 5), ("eval", 5), ("train", 10), ("final", 10)]
+    times = [r["time_s"] for r in rows]
+    assert times == sorted(times) and rows[-1]["bleu"] == pytest.approx(final["bleu"])
