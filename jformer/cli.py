@@ -4,6 +4,7 @@
     jformer evaluate --workdir runs/demo --src test.en --ref test.de [--hyp-out FILE]
     jformer attention --workdir runs/demo "A sentence." [--out DIR]
     jformer average-checkpoints --workdir runs/demo --last 5 --out DIR
+    jformer curves runs/a [label=runs/b ...] --out curves.png
 
 Expected problems (a missing workdir, checkpoint, tokenizer or input file, a bad
 config) print one line naming the path and exit with status 1; stdout carries nothing
@@ -77,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", required=True, help="training run folder")
     p.add_argument("--last", type=int, default=5, help="how many checkpoints (K)")
     p.add_argument("--out", required=True, help="new, empty output directory")
+
+    p = sub.add_parser("curves", help="PNG of training loss, validation loss and BLEU "
+                       "against steps and time (from <workdir>/metrics.jsonl)")
+    p.add_argument("runs", nargs="+", help="training run folders, or label=folder")
+    p.add_argument("--out", required=True, help="output PNG path")
+    p.add_argument("--title", default="", help="figure title")
     return parser
 
 
@@ -188,8 +195,15 @@ def cmd_average(args: argparse.Namespace) -> None:
     print(f"averaged steps {steps} into {args.out}")
 
 
+def cmd_curves(args: argparse.Namespace) -> None:
+    from jformer.curves import plot_curves
+
+    print(plot_curves(args.runs, args.out, title=args.title))
+
+
 COMMANDS = {"translate": cmd_translate, "evaluate": cmd_evaluate,
-            "attention": cmd_attention, "average-checkpoints": cmd_average}
+            "attention": cmd_attention, "average-checkpoints": cmd_average,
+            "curves": cmd_curves}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
