@@ -5,6 +5,7 @@ the same workdir resumes from its latest checkpoint.
 """
 import logging
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TFDS imports TensorFlow; keep it quiet
 
@@ -18,6 +19,24 @@ flags.DEFINE_string("workdir", None, "Run folder: vocabulary, checkpoints, Tenso
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+HUGEPAGE_MALLOC = "glibc.malloc.hugetlb=1"
+
+
+def use_hugepage_malloc() -> None:
+    """Restarts this process once with glibc malloc on transparent huge pages (Linux).
+
+    XLA:CPU maps each step's scratch memory fresh and pays a 4 KiB page fault for every
+    page of it; with huge pages a small-config CPU step runs ~15% faster (see
+    bench/bench_train.py). glibc reads the setting only at start-up, hence the re-exec.
+    It changes nothing on accelerators. Skipped when GLIBC_TUNABLES is already set or
+    JFORMER_MALLOC=default.
+    """
+    if (sys.platform.startswith("linux") and "GLIBC_TUNABLES" not in os.environ
+            and os.environ.get("JFORMER_MALLOC", "") != "default"):
+        env = dict(os.environ, GLIBC_TUNABLES=HUGEPAGE_MALLOC)
+        os.execve(sys.executable, sys.orig_argv, env)  # interpreter flags kept
+
+
 def main(argv):
     del argv
     from jformer import train_lib  # after flag parsing: jax.distributed must come first
@@ -29,4 +48,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    use_hugepage_malloc()
     app.run(main)
