@@ -101,13 +101,16 @@ class MultiHeadAttention(nn.Module):
         self.out_kernel = self.param("out_kernel", _OUT_INIT, (h, k, self.d_model))
         self.out_bias = self.param("out_bias", nn.initializers.zeros, (self.d_model,))
 
+    def _to_heads(self, x_BLD: Array, kernel: Array) -> Array:
+        """[B, L, D] x [D, *S] -> [B, L, *S] in the compute dtype, as one 2-D ``dense``."""
+        d, *rest = kernel.shape
+        y_BLS = dense(x_BLD.astype(self.dtype), kernel.reshape(d, -1))
+        return y_BLS.reshape(x_BLD.shape[:-1] + tuple(rest))
+
     def _project(self, x_BLD: Array, kernel: Array, biases: tuple[Array | None, ...]) -> Array:
         # [B, L, D] x [D, J, H, K] -> [B, L, J, H, K] (J = 2 or 3 fused projections)
         bias_JHK = jnp.stack([jnp.zeros_like(self.v_bias) if b is None else b for b in biases])
-        d, j, h, k = kernel.shape
-        x_BLD = x_BLD.astype(self.dtype)
-        qkv_BLJHK = dense(x_BLD, kernel.reshape(d, j * h * k)).reshape(x_BLD.shape[:2] + (j, h, k))
-        return qkv_BLJHK + bias_JHK.astype(self.dtype)
+        return self._to_heads(x_BLD, kernel) + bias_JHK.astype(self.dtype)
 
     def _output(self, ctx_BLHK: Array) -> Array:
         b, l, h, k = ctx_BLHK.shape
@@ -160,9 +163,7 @@ class MultiHeadAttention(nn.Module):
         """
         bias_JHK = jnp.stack([jnp.zeros_like(self.v_bias), self.v_bias]).astype(self.dtype)
         # [B, M, D] x [D, 2, H, K] -> [2, B, H, M, K]
-        d, j, h, k = self.kv_kernel.shape
-        kv_BMJHK = dense(memory_BMD.astype(self.dtype), self.kv_kernel.reshape(d, j * h * k))
-        kv_JBHMK = (kv_BMJHK.reshape(memory_BMD.shape[:2] + (j, h, k)).transpose(2, 0, 3, 1, 4)
+        kv_JBHMK = (self._to_heads(memory_BMD, self.kv_kernel).transpose(2, 0, 3, 1, 4)
                     + bias_JHK[:, None, :, None, :])
         return kv_JBHMK[0], kv_JBHMK[1]
 
@@ -175,9 +176,7 @@ class MultiHeadAttention(nn.Module):
         source's keys/values for its G hypotheses instead of tiling and reordering them
         every step. ``mask`` must then broadcast against [B, H, G*L, M] (e.g. [B, 1, 1, M]).
         """
-        d, h, k = self.q_kernel.shape
-        q_BLHK = (dense(x_BLD.astype(self.dtype), self.q_kernel.reshape(d, h * k))
-                  .reshape(x_BLD.shape[:2] + (h, k)) + self.q_bias.astype(self.dtype))
+        q_BLHK = self._to_heads(x_BLD, self.q_kernel) + self.q_bias.astype(self.dtype)
         rows, length, heads, head_dim = q_BLHK.shape
         sources = k_BHMK.shape[0]
         if rows % sources:
