@@ -55,6 +55,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from jformer.cpu_malloc import HUGEPAGE_ENV  # noqa: E402  (after the path insert)
+
 BATCH, SRC_LEN, TGT_LEN = 64, 32, 32
 # Same shapes as ../shared/bench/peer_torch.py.
 CONFIGS = {
@@ -71,7 +73,7 @@ README_PEAK_GFLOPS = {"float32": 440.0, "bfloat16": 880.0}
 PROBE_SHAPE = (2048, 512, 2048)  # M x K x N
 QUIET_SHARE = 0.05  # of one core: the most other processes may use while a step is timed
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-MALLOC_ENV = {"hugepages": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}, "glibc": {}}
+MALLOC_ENV = {"hugepages": HUGEPAGE_ENV, "glibc": {}}
 
 
 def _parse(argv=None) -> argparse.Namespace:

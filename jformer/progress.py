@@ -1,7 +1,8 @@
 """Progress bar, log lines, TensorBoard scalars and ``metrics.jsonl`` (process 0 only).
 
 ``<workdir>/metrics.jsonl`` holds one JSON object per logging interval or evaluation:
-``{"kind": "train" | "eval", "step", "time_s", ...figures}``, where ``time_s`` counts
+``{"kind": "train" | "eval" | "final", "step", "time_s", ...figures}`` ("final": the
+validation after the last step, by ``train_and_evaluate``), where ``time_s`` counts
 wall-clock seconds since the run (this invocation of ``train``) started. It is what
 ``jformer curves`` plots.
 """
