@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jformer.decode import (DecodeResult, StepFn, call_step_fn, check_search_args,
-                            chunked_decode_loop, length_penalty)
+                            chunked_decode_loop, fast_top_k, length_penalty)
 from jformer.types import PyTree
 
 
@@ -39,12 +39,13 @@ class _BeamCarry(NamedTuple):
 def _top_extensions(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The k best of the W*V extensions per row: (log-probs, parent beams, tokens), [B, k].
 
-    Two stages: each beam's best k, then the best k of those W*k. Same result and order
-    as one top_k over [B, W*V] (ties: lower beam, then lower token, first), but XLA's CPU
-    TopK over W*V columns took longer than the whole vocabulary projection.
+    Two stages: each beam's best k (:func:`~jformer.decode.fast_top_k`), then the best k
+    of those W*k. Same result and order as one top_k over [B, W*V] (ties: lower beam, then
+    lower token, first), but XLA's CPU TopK over W*V columns took longer than the whole
+    vocabulary projection.
     """
     batch, w, vocab = ext_BWV.shape
-    top_BWK, token_BWK = lax.top_k(ext_BWV, min(k, vocab))
+    top_BWK, token_BWK = fast_top_k(ext_BWV, min(k, vocab))
     per_beam = top_BWK.shape[-1]
     # [B, W, k] -> [B, W*k], beam-major like the flattened [B, W*V] order.
     logp_BC, pick_BC = lax.top_k(top_BWK.reshape(batch, w * per_beam), k)

@@ -212,6 +212,37 @@ def fast_argmax(x_BV: jax.Array) -> jax.Array:
     return jnp.minimum(first_B, vocab - 1)  # NaN rows match nothing: keep the id valid
 
 
+def fast_top_k(x: jax.Array, k: int, block: int = 32) -> tuple[jax.Array, jax.Array]:
+    """``lax.top_k`` over the last axis: same values, same indices, same tie order.
+
+    XLA's CPU TopK walks a row element by element: over [128, 8192] (beam 4 x batch 32 x
+    the vocabulary) it took 2.0 ms, more than a decoder layer. Blockwise instead: split the
+    row into blocks of ``block``, take each block's max (a vector reduction), keep the k
+    blocks with the largest maxima (TopK over V / block entries), and run TopK over their
+    k * block entries only (0.43 ms at that shape). Exact: an entry outside the k kept
+    blocks is preceded, in (value desc, index asc) order, by those k blocks' maxima. The
+    kept blocks are put back in index order, so ties still go to the lower index.
+
+    Args:
+      x: float [..., N]; k: 1 <= k <= N.
+    Returns:
+      (values [..., k], int32 indices [..., k]), best first.
+    """
+    *lead, n = x.shape
+    blocks = -(-n // block)
+    if blocks <= 2 * k:  # too few blocks to pay for the two stages
+        return lax.top_k(x, k)
+    # [..., N] -> [..., blocks, block]; -inf padding sorts after any real entry (index).
+    pad = [(0, 0)] * len(lead) + [(0, blocks * block - n)]
+    x_NBK = jnp.pad(x, pad, constant_values=-jnp.inf).reshape(*lead, blocks, block)
+    _, kept_K = lax.top_k(jnp.max(x_NBK, axis=-1), k)
+    kept_K = jnp.sort(kept_K, axis=-1)
+    cand = jnp.take_along_axis(x_NBK, kept_K[..., None], axis=-2)  # [..., k, block]
+    values, pos = lax.top_k(cand.reshape(*lead, k * block), k)
+    block_of = jnp.take_along_axis(kept_K, pos // block, axis=-1)
+    return values, (block_of * block + pos % block).astype(jnp.int32)
+
+
 def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: int,
                   bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
                   min_len: int = 0) -> DecodeResult:
@@ -256,7 +287,7 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
         _require(top_k <= logp_BV.shape[-1], "top_k", f"<= vocab ({logp_BV.shape[-1]})",
                  top_k)
         # Draw among the k best only: exact k even with ties, and cheaper than masking V.
-        top_logp_BK, top_ids_BK = lax.top_k(logp_BV, top_k)
+        top_logp_BK, top_ids_BK = fast_top_k(logp_BV, top_k)
         pick_B = jax.random.categorical(key, top_logp_BK / temperature, axis=-1)
         return jnp.take_along_axis(top_ids_BK, pick_B[:, None], axis=1)[:, 0]
 
