@@ -1,9 +1,10 @@
 """Decoding speed: generated tokens/s with the KV cache vs recomputing the prefix.
 
     python bench/bench_decode.py [--configs small,base] [--batches 1,32] [--beams 1,4]
-        [--quick]
+        [--dtype float32|bfloat16] [--quick]
 
-Random float32 parameters (nothing is downloaded), source length 32, EXACTLY 32
+Random float32 parameters (nothing is downloaded; ``--dtype bfloat16`` computes in bf16
+over them, as ``model.dtype=bfloat16`` does), source length 32, EXACTLY 32
 generated tokens per sentence: EOS is forbidden until the end (min_len = max_len), so
 every search runs all its steps; beam search counts 32 tokens per sentence, not per
 beam. "cached" times ``jformer.translate.decode_batch`` (encoder + cache init + search,
@@ -16,6 +17,7 @@ separately (AOT lower + compile). Last, the cache vs recompute ratio at 64 token
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -61,6 +63,8 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--beams", default="1,4")
     p.add_argument("--repeats", type=int, default=5, help="timed calls (median)")
     p.add_argument("--chunk-size", type=int, default=8)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="compute dtype (the references are float32)")
     p.add_argument("--recompute", default="auto", choices=("auto", "all", "none"),
                    help="auto: time the recompute baseline only where it takes seconds "
                         "(and the 64-token ratio at batch 1)")
@@ -126,9 +130,9 @@ def _compile(jitted, args, **static):
 
 
 def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int,
-            recompute: bool, chunk_size: int) -> dict:
+            recompute: bool, chunk_size: int, dtype: str = "float32") -> dict:
     """Tokens/s of the cached search (and of the recompute baseline if asked)."""
-    cfg = CONFIGS[name]
+    cfg = dataclasses.replace(CONFIGS[name], dtype=dtype)
     rng = np.random.default_rng(batch * 7 + beam)
     inputs_BS = rng.integers(4, cfg.vocab_size, (batch, SRC_LEN)).astype(np.int32)
     inputs_BS[:, -1] = cfg.eos_id
@@ -188,7 +192,7 @@ def main(args: argparse.Namespace) -> None:
     configs = ["small"] if args.quick else args.configs.split(",")
     repeats = 3 if args.quick else args.repeats
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs; "
-          f"float32, random params, source length {SRC_LEN}, {GEN_LEN} generated tokens "
+          f"{args.dtype}, random params, source length {SRC_LEN}, {GEN_LEN} generated tokens "
           f"per sentence, median of {repeats} calls")
     rows, ratio_rows = [], []
     for name in configs:
@@ -199,14 +203,14 @@ def main(args: argparse.Namespace) -> None:
             for beam in _ints(args.beams):
                 row = measure(name, params, batch, beam, GEN_LEN, repeats,
                               _want_recompute(args, name, batch, beam, GEN_LEN),
-                              args.chunk_size)
+                              args.chunk_size, args.dtype)
                 rows.append(row)
                 print(f"  {name} batch {batch} beam {beam}: {row['cached']:,.0f} tok/s "
                       f"cached, {_fmt(row['recompute'])} recompute", flush=True)
         for batch in _ints(args.batches):
             if _want_recompute(args, name, batch, 1, RATIO_LEN):
                 ratio_rows.append(measure(name, params, batch, 1, RATIO_LEN, repeats, True,
-                                          args.chunk_size))
+                                          args.chunk_size, args.dtype))
     print_table(rows)
     print(f"\nCache vs recompute at {RATIO_LEN} generated tokens (greedy); target >= "
           f"{TARGET_CACHE_RATIO:.0f}x:\n")
