@@ -41,14 +41,14 @@ class Progress:
     def __init__(self, workdir: str, *, start_step: int, num_steps: int,
                  start_time: float | None = None, budget_s: float | None = None):
         self.enabled = jax.process_index() == 0
+        self.workdir = workdir
         self.start_step, self.num_steps = start_step, num_steps
         self.start_time = time.monotonic() if start_time is None else start_time
         self.budget_s = budget_s
         self._t_last, self._step_last = time.perf_counter(), start_step
-        self._bar = self._writer = self._jsonl = None
+        self._bar = self._writer = None
         if not self.enabled:
             return
-        self._jsonl = open(os.path.join(workdir, METRICS_FILENAME), "a")
         from tensorboardX import SummaryWriter
         from tqdm import tqdm
 
@@ -104,11 +104,9 @@ class Progress:
         return time.monotonic() - self.start_time
 
     def _record(self, kind: str, step: int, **figures: float) -> None:
-        self._jsonl.write(metrics_row(kind, step, self._elapsed(), figures))
-        self._jsonl.flush()
+        append_metrics(self.workdir, kind, step, self._elapsed(), figures)
 
     def close(self) -> None:
         if self.enabled:
             self._bar.close()
             self._writer.close()
-            self._jsonl.close()
