@@ -402,20 +402,6 @@ def test_sampling_frequencies_follow_the_filtered_distribution(top_k):
 # ----------------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize("n, k", [(8192, 8), (1000, 3), (517, 8), (300, 1), (40, 8)])
-def test_fast_top_k_equals_lax_top_k_with_ties_and_infinities(n, k):
-    rng = np.random.default_rng(n + k)
-    x = rng.integers(0, 6, (5, 2, n)).astype(np.float32)  # many ties, across blocks too
-    x[0, 0] = -np.inf  # a whole row of -inf: the lowest indices win
-    x[1, 1, : n // 2] = -np.inf
-    x[2, 0, -1] = 9.0  # the best entry in the padded last block
-    values, indices = jax.jit(lambda a: decode.fast_top_k(a, k))(jnp.asarray(x))
-    want_values, want_indices = jax.lax.top_k(jnp.asarray(x), k)
-    np.testing.assert_array_equal(values, want_values)
-    np.testing.assert_array_equal(indices, want_indices)
-    assert indices.dtype == jnp.int32 and int(indices.max()) < n
-
-
 def test_decode_re_exports_beam_search():
     assert decode.beam_search is beam_search
 

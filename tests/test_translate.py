@@ -285,6 +285,20 @@ def test_fast_argmax_equals_argmax_with_ties():
     np.testing.assert_array_equal(decode.fast_argmax(jnp.asarray(x)), np.argmax(x, axis=-1))
 
 
+@pytest.mark.parametrize("n, k", [(8192, 8), (1000, 3), (517, 8), (300, 1), (40, 8)])
+def test_fast_top_k_equals_lax_top_k_with_ties_and_infinities(n, k):
+    rng = np.random.default_rng(n + k)
+    x = rng.integers(0, 6, (5, 2, n)).astype(np.float32)  # many ties, across blocks too
+    x[0, 0] = -np.inf  # a whole row of -inf: the lowest indices win
+    x[1, 1, : n // 2] = -np.inf
+    x[2, 0, -1] = 9.0  # the best entry in the padded last block
+    values, indices = jax.jit(lambda a: decode.fast_top_k(a, k))(jnp.asarray(x))
+    want_values, want_indices = jax.lax.top_k(jnp.asarray(x), k)
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(indices, want_indices)
+    assert indices.dtype == jnp.int32 and int(indices.max()) < n
+
+
 @pytest.mark.parametrize("vocab", [3, 50])
 def test_two_stage_top_k_equals_one_top_k_over_all_extensions(vocab):
     rng = np.random.default_rng(vocab)
