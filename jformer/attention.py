@@ -65,8 +65,56 @@ def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
                              f"dropout_rate={dropout_rate} > 0")
         keep = keep_mask(dropout_rng, probs_BHLM.shape, dropout_rate)
         probs_BHLM = jnp.where(keep, probs_BHLM / (1.0 - dropout_rate), 0.0)
-    out_BLHK = jnp.einsum(f"BHLM,{kv}->BLHK", probs_BHLM.astype(dtype), v_BMHK)
+    if kv_heads_first:
+        # Weights as the left operand, so the product is [B, H, L, K] (XLA:CPU's matmul
+        # library takes it; the einsum's operand order gave a slow [B, H, K, L] loop dot).
+        out_BHLK = lax.dot_general(probs_BHLM.astype(dtype), v_BMHK,
+                                   (((3,), (2,)), ((0, 1), (0, 1))))
+        out_BLHK = out_BHLK.transpose(0, 2, 1, 3)
+    else:
+        out_BLHK = jnp.einsum(f"BHLM,{kv}->BLHK", probs_BHLM.astype(dtype), v_BMHK)
     return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
+
+
+def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: Array,
+                        index: Array) -> Array:
+    """One query per hypothesis over a slot-addressed beam cache (inference, no dropout).
+
+    Hypothesis w of row b attends to positions t <= index, reading position t from beam
+    slot ``slot_BWT[b, w, t]`` (see :mod:`jformer.kv_cache`). Instead of gathering each
+    hypothesis' keys (which moves the cache), every query scores all T*W (position, slot)
+    pairs of its row, and the pairs outside its own prefix are masked: W times the
+    logits of a gathered cache, a few MFLOP, as two batched matrix products over (B, H)
+    that read the buffers in place (keys stored transposed, [K, T*W], the layout XLA:CPU's
+    matmul reads without a copy). Masked logits get exactly zero weight, so the softmax
+    is that of the gathered keys.
+
+    Args:
+      q_BWHK: queries [batch, beam, heads, head_dim].
+      kt_BHKX: the key buffers, transposed: [batch, heads, head_dim, max_len * beam]; column
+        t*W + v holds position t of slot v.
+      v_BHXK: the value buffers [batch, heads, max_len * beam, head_dim], rows as above.
+      slot_BWT: int32 [batch, beam, max_len]; index: int32 scalar, the query position.
+    Returns:
+      [batch, beam, heads, head_dim] in q's dtype.
+    """
+    dtype = q_BWHK.dtype
+    batch, beam, max_len = slot_BWT.shape
+    q_BHWK = (q_BWHK / jnp.sqrt(q_BWHK.shape[-1]).astype(dtype)).transpose(0, 2, 1, 3)
+    batch_dims = ((0, 1), (0, 1))
+    # [B, H, W, K] x [B, H, K, T*W] -> [B, H, W, T*W]; float32 logits as in training.
+    logits_BHWX = lax.dot_general(q_BHWK, kt_BHKX, (((3,), (2,)), batch_dims),
+                                  preferred_element_type=jnp.float32)
+    slots_V = jnp.arange(beam, dtype=slot_BWT.dtype)
+    # [B, W, T, 1] == [1, 1, 1, V], and t <= index: the (position, slot) pairs of w's prefix
+    mine_BWTV = ((slot_BWT[:, :, :, None] == slots_V[None, None, None, :])
+                 & (jnp.arange(max_len) <= index)[None, None, :, None])
+    logits_BHWX = jnp.where(mine_BWTV.reshape(batch, 1, beam, max_len * beam), logits_BHWX,
+                            NEG_INF)
+    weights_BHWX = jax.nn.softmax(logits_BHWX, axis=-1).astype(dtype)
+    # [B, H, W, T*W] x [B, H, T*W, K] -> [B, H, W, K]
+    out_BHWK = lax.dot_general(weights_BHWX, v_BHXK, (((3,), (2,)), batch_dims))
+    return out_BHWK.transpose(0, 2, 1, 3)
 
 
 class MultiHeadAttention(nn.Module):
@@ -136,15 +184,21 @@ class MultiHeadAttention(nn.Module):
         return self._attend(q, k, v, mask, deterministic)
 
     def self_attend_step(self, x_B1D: Array, cache_k_BHMK: Array, cache_v_BHMK: Array,
-                         index: Array) -> tuple[Array, Array, Array]:
+                         index: Array, slot_BWT: Array | None = None
+                         ) -> tuple[Array, Array, Array]:
         """One decoder position over a preallocated cache (inference, no dropout).
 
         Writes this position's key/value at ``index`` and attends to positions
         0..index. Returns (output [B, 1, D], new cache_k, new cache_v), caches
         [B, H, max_len, K] (heads first: the one-query products need no transpose).
+        With ``slot_BWT`` [B, W, max_len] the caches are slot-addressed beams, keys
+        [B, H, K, max_len*W] and values [B, H, max_len*W, K], and x holds B*W hypotheses
+        [B*W, 1, D] (:func:`beam_slot_attention`).
         """
         qkv_B1JHK = self._project(x_B1D, self.qkv_kernel, (self.q_bias, None, self.v_bias))
         q, k, v = qkv_B1JHK[:, :, 0], qkv_B1JHK[:, :, 1], qkv_B1JHK[:, :, 2]
+        if slot_BWT is not None:
+            return self._beam_step(q, k, v, cache_k_BHMK, cache_v_BHMK, slot_BWT, index)
         start = (0, 0, index, 0)
         # [B, 1, H, K] -> [B, H, 1, K]: one new position per head
         cache_k_BHMK = lax.dynamic_update_slice(
@@ -154,6 +208,24 @@ class MultiHeadAttention(nn.Module):
         mask_111M = (jnp.arange(cache_k_BHMK.shape[2]) <= index)[None, None, None, :]
         out = self._attend(q, cache_k_BHMK, cache_v_BHMK, mask_111M, True, kv_heads_first=True)
         return out, cache_k_BHMK, cache_v_BHMK
+
+    def _beam_step(self, q, k, v, kt_BHKX, v_BHXK, slot_BWT, index):
+        batch, beam, _ = slot_BWT.shape
+        h, d = self.num_heads, self.d_model // self.num_heads
+
+        def to_BWHK(x_N1HK):  # [B*W, 1, H, K] -> [B, W, H, K]
+            return x_N1HK.reshape(batch, beam, h, d)
+
+        # Hypothesis w's key/value of position ``index`` go to slot w: W adjacent columns
+        # (keys) or rows (values) from index * W.
+        start = index * beam
+        kt_BHKX = lax.dynamic_update_slice(
+            kt_BHKX, to_BWHK(k).transpose(0, 2, 3, 1).astype(kt_BHKX.dtype), (0, 0, 0, start))
+        v_BHXK = lax.dynamic_update_slice(
+            v_BHXK, to_BWHK(v).transpose(0, 2, 1, 3).astype(v_BHXK.dtype), (0, 0, start, 0))
+        ctx_BWHK = beam_slot_attention(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index)
+        out_N1D = self._output(ctx_BWHK.reshape(batch * beam, 1, h, d))
+        return out_N1D, kt_BHKX, v_BHXK
 
     def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
         """Cross-attention keys and values of the encoder output, each [B, H, M, K].

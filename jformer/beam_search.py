@@ -14,7 +14,7 @@ the step function, the step/cache contract and the chunked early-exit loop.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,8 +25,19 @@ from jformer.decode import (DecodeResult, StepFn, call_step_fn, check_search_arg
 from jformer.types import PyTree
 
 
+# (state, parent_BW) -> state: hypothesis w of row b now extends beam parent_BW[b, w].
+Reorder = Callable[[PyTree, jax.Array], PyTree]
+
+
+def gather_rows(state: PyTree, parent_BW: jax.Array) -> PyTree:
+    """The default :data:`Reorder`: row b*W + w of every leaf becomes row b*W + parent."""
+    batch, w = parent_BW.shape
+    flat_parent_N = (jnp.arange(batch)[:, None] * w + parent_BW).reshape(batch * w)
+    return jax.tree.map(lambda x: jnp.take(x, flat_parent_N, axis=0, mode="clip"), state)
+
+
 class _BeamCarry(NamedTuple):
-    state: PyTree              # step_fn state, leaves [B*W, ...], row b*W + w = beam w
+    state: PyTree              # step_fn state of the B*W hypotheses (b*W + w = beam w)
     prev_BW: jax.Array         # int32 [B, W]: last token of each alive hypothesis
     alive_BWT: jax.Array       # int32 [B, W, T]: alive tokens, pad_id beyond the step
     alive_logp_BW: jax.Array   # float32 [B, W]: log-prob sums, sorted best first
@@ -53,8 +64,9 @@ def _top_extensions(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, j
     return logp_BC, pick_BC // per_beam, token_BC
 
 
-def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, *, max_len: int,
-               alpha: float, eos_id: int, pad_id: int, min_len: int) -> _BeamCarry:
+def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder, *,
+               max_len: int, alpha: float, eos_id: int, pad_id: int,
+               min_len: int) -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values."""
     batch, w = c.prev_BW.shape
     logp_NV, new_state = call_step_fn(step_fn, c.prev_BW.reshape(batch * w), step,
@@ -90,10 +102,7 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, *, max_len: int,
     eos_col_BW1 = jnp.where(is_new_BW, eos_id, pad_id)[:, :, None].astype(jnp.int32)
     fin_BWT = lax.dynamic_update_slice(fin_BWT, eos_col_BW1, (0, 0, step))
 
-    # The state follows the alive beams: gather rows b*W + parent along axis 0.
-    flat_parent_N = (jnp.arange(batch)[:, None] * w + parent_BW).reshape(batch * w)
-    state = jax.tree.map(lambda x: jnp.take(x, flat_parent_N, axis=0, mode="clip"),
-                         new_state)
+    state = reorder(new_state, parent_BW)  # the state follows the alive beams
 
     def keep(old: jax.Array, new: jax.Array) -> jax.Array:
         done = c.done_B.reshape((batch,) + (1,) * (old.ndim - 1))
@@ -137,13 +146,19 @@ def _final_beams(c: _BeamCarry, *, alpha: float, eos_id: int,
 
 def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: int,
                 max_len: int, alpha: float, bos_id: int, eos_id: int, pad_id: int,
-                chunk_size: int = 8, min_len: int = 0) -> DecodeResult:
+                chunk_size: int = 8, min_len: int = 0,
+                reorder: Reorder | None = None) -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
       step_fn: see :mod:`jformer.decode`; called on B*W rows with steps 0 .. max_len - 1.
       state: pytree, every leaf [batch_size, ...]; tiled to [batch_size * beam_size, ...]
-        (row b*W + w is beam w of row b) and reordered each step along axis 0.
+        (row b*W + w is beam w of row b) and reordered each step along axis 0. With
+        ``reorder``, instead, the state of all B*W hypotheses in the step function's
+        own layout, used as given.
+      reorder: ``reorder(state, parent_BW) -> state`` after each step, parent_BW int32
+        [B, W] the beam each new hypothesis extends (e.g. a slot-addressed KV cache that
+        only remaps a small table); None: :func:`gather_rows` of the tiled state.
       batch_size, beam_size, max_len: output tokens are [B, W, max_len].
       alpha: length-penalty exponent >= 0 (0: plain log-prob sums).
       bos_id, eos_id, pad_id: special ids (from the tokenizer / ModelConfig).
@@ -157,9 +172,10 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       finished bool [B, W] (False: an alive hypothesis returned because fewer than W
       finished), num_steps.
     """
-    chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
-                                   chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
-                                   eos_id=eos_id, pad_id=pad_id)
+    # A caller-laid-out state (reorder given) has no [batch_size, ...] leaves to check.
+    chunk_size = check_search_args(state if reorder is None else (), batch_size=batch_size,
+                                   max_len=max_len, chunk_size=chunk_size, min_len=min_len,
+                                   bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1; got {beam_size!r}")
     if not isinstance(alpha, (int, float)) or alpha < 0:
@@ -169,7 +185,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     first_alive_W = jnp.where(jnp.arange(w) == 0, 0.0, -jnp.inf).astype(jnp.float32)
     init = _BeamCarry(
         # [B, ...] -> [B*W, ...], each row repeated W times (row b*W + w = beam w of b)
-        state=jax.tree.map(lambda x: jnp.repeat(x, w, axis=0), state),
+        state=(jax.tree.map(lambda x: jnp.repeat(x, w, axis=0), state) if reorder is None
+               else state),
         prev_BW=jnp.full((b, w), bos_id, jnp.int32),
         alive_BWT=jnp.full((b, w, max_len), pad_id, jnp.int32),
         alive_logp_BW=jnp.broadcast_to(first_alive_W, (b, w)),
@@ -179,8 +196,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         steps_B=jnp.zeros((b,), jnp.int32))
 
     def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
-        return _beam_step(c, step, step_fn, max_len=max_len, alpha=alpha, eos_id=eos_id,
-                          pad_id=pad_id, min_len=min_len)
+        return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
+                          alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

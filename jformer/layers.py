@@ -110,13 +110,17 @@ class DecoderLayer(nn.Module):
         return self.ffn_residual(y_BTD, lambda h: self.ffn(h, deterministic), deterministic)
 
     def step(self, y_B1D: Array, cache_k: Array, cache_v: Array, index: Array,
-             cross_k: Array, cross_v: Array, cross_mask: Array) -> tuple[Array, Array, Array]:
-        """One position: y [B, 1, D] -> (y [B, 1, D], new cache_k, new cache_v)."""
+             cross_k: Array, cross_v: Array, cross_mask: Array,
+             slot_BWT: Array | None = None) -> tuple[Array, Array, Array]:
+        """One position: y [B, 1, D] -> (y [B, 1, D], new cache_k, new cache_v).
+
+        ``slot_BWT``: the slot table of a slot-addressed beam cache (y then holds B*W rows).
+        """
         new_kv = {}
 
         def attend_self(h):
             out, new_kv["k"], new_kv["v"] = self.self_attention.self_attend_step(
-                h, cache_k, cache_v, index)
+                h, cache_k, cache_v, index, slot_BWT)
             return out
 
         y_B1D = self.self_residual(y_B1D, attend_self, True)

@@ -18,7 +18,7 @@ from jformer import masks
 from jformer.config import ModelConfig
 from jformer.dropout import Dropout
 from jformer.embeddings import PositionalEncoding, TokenEmbedding
-from jformer.kv_cache import DecodeCache, init_self_cache
+from jformer.kv_cache import DecodeCache, claim_slots, init_beam_self_cache, init_self_cache
 from jformer.layers import (DecoderLayer, EncoderLayer, check_same_shape, check_tokens,
                             dtype_of)
 from jformer.types import Array
@@ -113,27 +113,34 @@ class Decoder(_Stack):
             y_BTD = layer(y_BTD, encoded_BSD, self_mask, cross_mask, deterministic)
         return self.logits(y_BTD)
 
-    def init_cache(self, encoded_BSD: Array, inputs_BS: Array, max_len: int) -> DecodeCache:
+    def init_cache(self, encoded_BSD: Array, inputs_BS: Array, max_len: int,
+                   beam_size: int | None = None) -> DecodeCache:
         cfg = self.cfg
         cross = [layer.project_memory(encoded_BSD) for layer in self.layers]
-        self_k, self_v = init_self_cache(cfg.num_decoder_layers, inputs_BS.shape[0], max_len,
-                                         cfg.num_heads, cfg.head_dim, dtype_of(cfg))
+        dims = (max_len, cfg.num_heads, cfg.head_dim, dtype_of(cfg))
+        slot = None
+        if beam_size is None:
+            self_k, self_v = init_self_cache(cfg.num_decoder_layers, inputs_BS.shape[0], *dims)
+        else:
+            self_k, self_v, slot = init_beam_self_cache(cfg.num_decoder_layers,
+                                                        inputs_BS.shape[0], beam_size, *dims)
         return DecodeCache(self_k=self_k, self_v=self_v,
                            cross_k=tuple(k for k, _ in cross), cross_v=tuple(v for _, v in cross),
-                           source_valid=inputs_BS != cfg.pad_id)
+                           source_valid=inputs_BS != cfg.pad_id, slot=slot)
 
     def step(self, tokens_B: Array, index: Array, cache: DecodeCache) -> tuple[Array, DecodeCache]:
         positions_B1 = jnp.broadcast_to(index, tokens_B.shape)[:, None]
         y_B1D = self.embed_tokens(tokens_B[:, None], positions_B1, deterministic=True)
         cross_mask = cache.source_valid[:, None, None, :]  # [B, 1, 1, S]
+        slot = None if cache.slot is None else claim_slots(cache.slot, index)
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             y_B1D, k, v = layer.step(y_B1D, cache.self_k[i], cache.self_v[i], index,
-                                     cache.cross_k[i], cache.cross_v[i], cross_mask)
+                                     cache.cross_k[i], cache.cross_v[i], cross_mask, slot)
             new_k.append(k)
             new_v.append(v)
         logits_BV = self.logits(y_B1D)[:, 0]
-        return logits_BV, cache.replace(self_k=tuple(new_k), self_v=tuple(new_v))
+        return logits_BV, cache.replace(self_k=tuple(new_k), self_v=tuple(new_v), slot=slot)
 
 
 class Transformer(nn.Module):
@@ -187,13 +194,20 @@ class Transformer(nn.Module):
         return self.decode(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
                            targets_position, deterministic)
 
-    def init_decode_state(self, encoded: Array, inputs: Array, max_decode_len: int) -> DecodeCache:
-        """A :class:`DecodeCache` for ``max_decode_len`` output positions; cross K/V computed once."""
+    def init_decode_state(self, encoded: Array, inputs: Array, max_decode_len: int,
+                          beam_size: int | None = None) -> DecodeCache:
+        """A :class:`DecodeCache` for ``max_decode_len`` output positions; cross K/V computed once.
+
+        ``beam_size=W``: slot-addressed self-attention buffers for W hypotheses per source
+        (decode steps then take B*W tokens); None: one row per source (see kv_cache).
+        """
         check_tokens("inputs", inputs)
         if max_decode_len > self.cfg.max_len:
             raise ValueError(f"max_decode_len must be <= model.max_len={self.cfg.max_len}; "
                              f"got {max_decode_len}")
-        return self.decoder.init_cache(encoded, inputs, max_decode_len)
+        if beam_size is not None and (not isinstance(beam_size, int) or beam_size < 1):
+            raise ValueError(f"beam_size must be None or an int >= 1; got {beam_size!r}")
+        return self.decoder.init_cache(encoded, inputs, max_decode_len, beam_size)
 
     def decode_step(self, tokens: Array, step: Array, cache: DecodeCache) -> tuple[Array, DecodeCache]:
         """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache)."""

@@ -10,9 +10,10 @@ EOS included); every batch has exactly ``batch_size`` rows (dummy rows, forced t
 EOS at step 0, fill the last batch of a bucket); the max output length depends on the
 bucket only (:func:`output_len`). One jitted program per (bucket, batch size, search)
 runs the encoder once, projects the cross-attention keys/values once and runs the
-search of :mod:`jformer.decode` over the cached decoder step. Beam search tiles and
-reorders only the self-attention cache; cross-attention keys/values stay one copy per
-source (``MultiHeadAttention.cross_attend`` maps a row's W hypotheses onto it).
+search of :mod:`jformer.decode` over the cached decoder step. Beam search keeps the
+self-attention cache slot-addressed (:mod:`jformer.kv_cache`: choosing parents remaps a
+small table instead of moving the buffers); cross-attention keys/values stay one copy
+per source (``MultiHeadAttention.cross_attend`` maps a row's W hypotheses onto it).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from jformer import checkpoint, decode
 from jformer.beam_search import beam_search
 from jformer.config import Config, DecodeConfig, ModelConfig, from_config_dict
 from jformer.data.pipeline import tokenizer_path
-from jformer.kv_cache import DecodeCache
+from jformer.kv_cache import DecodeCache, reorder_slots
 from jformer.masks import NEG_INF
 from jformer.model import Transformer
 from jformer.tokenizer import Tokenizer
@@ -111,9 +112,11 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
                  ) -> tuple[decode.StepFn, PyTree]:
     """The cached decoder step as a :mod:`jformer.decode` step function.
 
-    Returns (step_fn, state). ``state`` is the self-attention cache (self_k, self_v), the
-    only per-hypothesis part; cross-attention K/V and the source mask [B, ...] are closed
-    over, so ``step_fn`` takes any N = B*G rows (row b*G + g belongs to source b).
+    Returns (step_fn, state). ``state`` is the self-attention cache (self_k, self_v, slot),
+    the only per-hypothesis part; cross-attention K/V and the source mask [B, ...] are
+    closed over, so ``step_fn`` takes any N = B*G rows (row b*G + g belongs to source b).
+    A slot-addressed cache (``init_decode_state(..., beam_size=W)``) takes N = B*W rows
+    and goes to beam search with ``reorder=``:func:`reorder_beam_state`.
     PAD and BOS are never valid outputs, so their logits are set to NEG_INF (a generated
     PAD would vanish from the text and be masked as padding by teacher forcing).
     Rows whose ``valid_B`` is False (batch padding) get logits that force EOS.
@@ -131,8 +134,8 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
         return {**params, name: {**params[name], "embedding": output_DV.T}}
 
     def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
-        self_k, self_v = state
-        full = cache.replace(self_k=self_k, self_v=self_v)
+        self_k, self_v, slot = state
+        full = cache.replace(self_k=self_k, self_v=self_v, slot=slot)
         logits_NV, new = model.apply({"params": step_params()}, tokens_N, step, full,
                                      method=Transformer.decode_step)
         logits_NV = jnp.where(banned_V, NEG_INF, logits_NV)
@@ -140,17 +143,24 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
             # [B] -> [N]: the G hypotheses of a source share its flag.
             valid_N = jnp.repeat(valid_B, tokens_N.shape[0] // valid_B.shape[0])
             logits_NV = jnp.where(valid_N[:, None], logits_NV, forced_eos_V)
-        return logits_NV, (new.self_k, new.self_v)
+        return logits_NV, (new.self_k, new.self_v, new.slot)
 
-    return step_fn, (cache.self_k, cache.self_v)
+    return step_fn, (cache.self_k, cache.self_v, cache.slot)
+
+
+def reorder_beam_state(state: PyTree, parent_BW: Array) -> PyTree:
+    """Beam search's ``reorder`` for a slot-addressed state: remaps the slot table only."""
+    self_k, self_v, slot_BWT = state
+    return self_k, self_v, reorder_slots(slot_BWT, parent_BW)
 
 
 def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
-                    max_len: int) -> DecodeCache:
-    """Runs the encoder once and builds the cache (cross K/V projected once per source)."""
+                    max_len: int, beam_size: int | None = None) -> DecodeCache:
+    """Runs the encoder once and builds the cache (cross K/V projected once per source);
+    ``beam_size``: slot-addressed self-attention buffers for beam search."""
     variables = {"params": params}
     encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
-    return model.apply(variables, encoded_BSD, inputs_BS, max_len,
+    return model.apply(variables, encoded_BSD, inputs_BS, max_len, beam_size,
                        method=Transformer.init_decode_state)
 
 
@@ -172,14 +182,16 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
     """
     _TRACES[(inputs_BS.shape, spec)] += 1  # runs only while tracing
     model = Transformer(model_cfg)
-    cache = encode_and_init(model, params, inputs_BS, spec.max_len)
+    beam = spec.method == "beam"
+    cache = encode_and_init(model, params, inputs_BS, spec.max_len,
+                            spec.beam_size if beam else None)
     step_fn, state = make_step_fn(model, params, cache, valid_B, output_DV)
     ids = dict(bos_id=model_cfg.bos_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
     common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
                   chunk_size=spec.chunk_size, min_len=spec.min_len, **ids)
-    if spec.method == "beam":
+    if beam:
         return beam_search(step_fn, state, beam_size=spec.beam_size, alpha=spec.alpha,
-                           **common)
+                           reorder=reorder_beam_state, **common)
     if spec.method == "sample":
         out = decode.sample(step_fn, state, rng, temperature=spec.temperature,
                             top_k=spec.top_k, **common)

@@ -307,3 +307,64 @@ def test_two_stage_top_k_equals_one_top_k_over_all_extensions(vocab):
     want_logp, flat = jax.lax.top_k(ext_BWV.reshape(3, 4 * vocab), 8)
     np.testing.assert_array_equal(logp, want_logp)
     np.testing.assert_array_equal(parent * vocab + token, flat)
+
+
+def test_slot_addressed_beam_cache_steps_equal_teacher_forcing(setup):
+    # Hypotheses with different histories share each source's buffers; after every step
+    # a random parent choice (repeats included) remaps the slot table. Each hypothesis'
+    # logits must still be the teacher-forced logits of its own prefix.
+    cfg, params, _ = setup
+    model, rng = Transformer(cfg), np.random.default_rng(3)
+    batch, beams, steps = 2, 3, 6
+    inputs_BS = rng.integers(4, cfg.vocab_size, (batch, 7)).astype(np.int32)
+    inputs_BS[1, 4:] = cfg.pad_id
+    cache = translate.encode_and_init(model, params, inputs_BS, steps, beam_size=beams)
+    step_fn, state = translate.make_step_fn(model, params, cache)
+    step, reorder = jax.jit(step_fn), jax.jit(translate.reorder_beam_state)
+    teacher = jax.jit(model.apply)
+    inputs_NS = np.repeat(inputs_BS, beams, axis=0)
+    history_N = [[] for _ in range(batch * beams)]  # decoder inputs fed so far
+    kept = np.ones(cfg.vocab_size, bool)
+    kept[[cfg.pad_id, cfg.bos_id]] = False
+    for t in range(steps):
+        tokens_N = (np.full(batch * beams, cfg.bos_id) if t == 0 else
+                    rng.integers(4, cfg.vocab_size, batch * beams)).astype(np.int32)
+        for n in range(batch * beams):
+            history_N[n].append(int(tokens_N[n]))
+        logits_NV, state = step(jnp.asarray(tokens_N), jnp.int32(t), state)
+        # Decoder input [BOS, y1, ..., yt] is teacher forcing of targets [y1, ..., yt, *].
+        targets_NT = np.full((batch * beams, steps), 5, np.int32)
+        for n, hist in enumerate(history_N):
+            targets_NT[n, :t] = hist[1:]
+        want_NTV = np.asarray(teacher({"params": params}, inputs_NS, targets_NT))
+        np.testing.assert_allclose(np.asarray(logits_NV)[:, kept], want_NTV[:, t, kept],
+                                   atol=1e-5, rtol=1e-5)
+        parent_BW = rng.integers(0, beams, (batch, beams)).astype(np.int32)
+        state = reorder(state, jnp.asarray(parent_BW))
+        history_N = [list(history_N[b * beams + p]) for b in range(batch)
+                     for p in parent_BW[b]]
+
+
+@pytest.mark.parametrize("beam_size", [2, 4])
+def test_slot_addressed_beam_search_equals_reordering_the_rows(setup, beam_size):
+    cfg, params, tok = setup
+    model = Transformer(cfg)
+    inputs_BS = np.full((3, 16), cfg.pad_id, np.int32)
+    for b, ids in enumerate(tok.encode_lists(SHORT[:2] + SHORT[3:4])):
+        inputs_BS[b, :len(ids)] = ids
+    spec = dict(batch_size=3, beam_size=beam_size, max_len=12, alpha=0.6,
+                bos_id=cfg.bos_id, eos_id=cfg.eos_id, pad_id=cfg.pad_id)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def search(slots: bool):
+        cache = translate.encode_and_init(model, params, inputs_BS, 12,
+                                          beam_size if slots else None)
+        step_fn, state = translate.make_step_fn(model, params, cache)
+        return beam_search.beam_search(
+            step_fn, state, reorder=translate.reorder_beam_state if slots else None, **spec)
+
+    slot, rows = search(True), search(False)
+    np.testing.assert_array_equal(slot.tokens, rows.tokens)
+    np.testing.assert_array_equal(slot.lengths, rows.lengths)
+    np.testing.assert_allclose(slot.scores, rows.scores, rtol=1e-5, atol=1e-5)
+    assert len(set(np.asarray(rows.lengths).ravel().tolist())) > 1  # EOS at varied steps
