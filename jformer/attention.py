@@ -98,23 +98,34 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
     Returns:
       [batch, beam, heads, head_dim] in q's dtype.
     """
-    dtype = q_BWHK.dtype
     batch, beam, max_len = slot_BWT.shape
-    q_BHWK = (q_BWHK / jnp.sqrt(q_BWHK.shape[-1]).astype(dtype)).transpose(0, 2, 1, 3)
-    batch_dims = ((0, 1), (0, 1))
-    # [B, H, W, K] x [B, H, K, T*W] -> [B, H, W, T*W]; float32 logits as in training.
-    logits_BHWX = lax.dot_general(q_BHWK, kt_BHKX, (((3,), (2,)), batch_dims),
-                                  preferred_element_type=jnp.float32)
     slots_V = jnp.arange(beam, dtype=slot_BWT.dtype)
     # [B, W, T, 1] == [1, 1, 1, V], and t <= index: the (position, slot) pairs of w's prefix
     mine_BWTV = ((slot_BWT[:, :, :, None] == slots_V[None, None, None, :])
                  & (jnp.arange(max_len) <= index)[None, None, :, None])
-    logits_BHWX = jnp.where(mine_BWTV.reshape(batch, 1, beam, max_len * beam), logits_BHWX,
-                            NEG_INF)
-    weights_BHWX = jax.nn.softmax(logits_BHWX, axis=-1).astype(dtype)
-    # [B, H, W, T*W] x [B, H, T*W, K] -> [B, H, W, K]
-    out_BHWK = lax.dot_general(weights_BHWX, v_BHXK, (((3,), (2,)), batch_dims))
+    out_BHWK = cached_attention(q_BWHK.transpose(0, 2, 1, 3), kt_BHKX, v_BHXK,
+                                mine_BWTV.reshape(batch, 1, beam, max_len * beam))
     return out_BHWK.transpose(0, 2, 1, 3)
+
+
+def cached_attention(q_BHLK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array) -> Array:
+    """softmax(Q K^T / sqrt(d_k), masked) V over decode buffers, as two batched products.
+
+    Keys come transposed, [batch, heads, head_dim, kv_len], values [batch, heads, kv_len,
+    head_dim]: the layouts XLA:CPU's matmul reads as they are (keys stored [.., kv_len,
+    head_dim] were copied to this layout at every step). ``mask``: bool, broadcastable to
+    [batch, heads, q_len, kv_len], True = attend. Returns [batch, heads, q_len, head_dim]
+    in q's dtype; logits and softmax in float32 as in :func:`dot_product_attention`.
+    """
+    dtype = q_BHLK.dtype
+    q_BHLK = q_BHLK / jnp.sqrt(q_BHLK.shape[-1]).astype(dtype)
+    batch_dims = ((0, 1), (0, 1))
+    # [B, H, L, K] x [B, H, K, X] -> [B, H, L, X]
+    logits_BHLX = lax.dot_general(q_BHLK, kt_BHKX, (((3,), (2,)), batch_dims),
+                                  preferred_element_type=jnp.float32)
+    weights_BHLX = jax.nn.softmax(jnp.where(mask, logits_BHLX, NEG_INF), axis=-1)
+    # [B, H, L, X] x [B, H, X, K] -> [B, H, L, K]
+    return lax.dot_general(weights_BHLX.astype(dtype), v_BHXK, (((3,), (2,)), batch_dims))
 
 
 class MultiHeadAttention(nn.Module):
@@ -239,14 +250,30 @@ class MultiHeadAttention(nn.Module):
                     + bias_JHK[:, None, :, None, :])
         return kv_JBHMK[0], kv_JBHMK[1]
 
+    def cross_attend_step(self, x_N1D: Array, kt_BHKM: Array, v_BHMK: Array,
+                          mask_B11M: Array) -> Array:
+        """One decoder position of N = B*G rows over the memory's decode buffers.
+
+        Keys transposed [B, H, K, M], values [B, H, M, K] (:class:`DecodeCache`); row
+        b*G + g attends to memory b, the G rows of a source as one batched product.
+        ``mask_B11M``: bool [B, 1, 1, M]. Returns [N, 1, D].
+        """
+        q_N1HK = self._to_heads(x_N1D, self.q_kernel) + self.q_bias.astype(self.dtype)
+        rows, _, heads, head_dim = q_N1HK.shape
+        sources = kt_BHKM.shape[0]
+        # [B*G, 1, H, K] -> [B, H, G, K]
+        q_BHGK = q_N1HK.reshape(sources, rows // sources, heads, head_dim).transpose(0, 2, 1, 3)
+        ctx_BHGK = cached_attention(q_BHGK, kt_BHKM, v_BHMK, mask_B11M)
+        return self._output(ctx_BHGK.transpose(0, 2, 1, 3).reshape(rows, 1, heads, head_dim))
+
     def cross_attend(self, x_BLD: Array, k_BHMK: Array, v_BHMK: Array, mask: Array | None,
                      deterministic: bool = True) -> Array:
         """Cross-attention of decoder states x [B, L, D] to projected memory K/V [B, H, M, K].
 
         ``x`` may hold G >= 1 rows per memory row (x [B*G, L, D], k/v [B, H, M, K]): row
-        b*G + g attends to memory b. Beam search uses this to keep one copy of each
-        source's keys/values for its G hypotheses instead of tiling and reordering them
-        every step. ``mask`` must then broadcast against [B, H, G*L, M] (e.g. [B, 1, 1, M]).
+        b*G + g attends to memory b (one copy of each source's keys/values for its G
+        hypotheses, as :meth:`cross_attend_step` does in beam search). ``mask`` must then
+        broadcast against [B, H, G*L, M] (e.g. [B, 1, 1, M]).
         """
         q_BLHK = self._to_heads(x_BLD, self.q_kernel) + self.q_bias.astype(self.dtype)
         rows, length, heads, head_dim = q_BLHK.shape

@@ -29,7 +29,8 @@ class DecodeCache:
     self_k, self_v: tuples (one per layer) of [B, H, max_len, K]; position t is written
       by the decode step at index t (``lax.dynamic_update_slice``). Slot-addressed beams:
       keys [B, H, K, max_len*W], values [B, H, max_len*W, K] (see the module docstring).
-    cross_k, cross_v: tuples of [B, H, S, K], computed once from the encoder output.
+    cross_k, cross_v: tuples of keys [B, H, K, S] (transposed) and values [B, H, S, K],
+      computed once from the encoder output.
     source_valid: bool [B, S], True at real (non-pad) source positions.
     slot: None (per-row layout) or int32 [B, W, max_len]: the beam slot holding each
       position of each hypothesis' prefix; the decode step sets column t to (0..W-1).

@@ -125,8 +125,8 @@ class DecoderLayer(nn.Module):
 
         y_B1D = self.self_residual(y_B1D, attend_self, True)
         y_B1D = self.cross_residual(
-            y_B1D, lambda h: self.cross_attention.cross_attend(h, cross_k, cross_v, cross_mask),
-            True)
+            y_B1D, lambda h: self.cross_attention.cross_attend_step(h, cross_k, cross_v,
+                                                                    cross_mask), True)
         y_B1D = self.ffn_residual(y_B1D, lambda h: self.ffn(h, True), True)
         return y_B1D, new_kv["k"], new_kv["v"]
 

@@ -124,8 +124,11 @@ class Decoder(_Stack):
         else:
             self_k, self_v, slot = init_beam_self_cache(cfg.num_decoder_layers,
                                                         inputs_BS.shape[0], beam_size, *dims)
+        # Cross keys transposed once per source, [B, H, S, K] -> [B, H, K, S], as the
+        # steps' products read them.
         return DecodeCache(self_k=self_k, self_v=self_v,
-                           cross_k=tuple(k for k, _ in cross), cross_v=tuple(v for _, v in cross),
+                           cross_k=tuple(k.transpose(0, 1, 3, 2) for k, _ in cross),
+                           cross_v=tuple(v for _, v in cross),
                            source_valid=inputs_BS != cfg.pad_id, slot=slot)
 
     def step(self, tokens_B: Array, index: Array, cache: DecodeCache) -> tuple[Array, DecodeCache]:
