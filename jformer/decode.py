@@ -222,6 +222,10 @@ def fast_top_k(x: jax.Array, k: int, block: int = 32) -> tuple[jax.Array, jax.Ar
     k * block entries only (0.43 ms at that shape). Exact: an entry outside the k kept
     blocks is preceded, in (value desc, index asc) order, by those k blocks' maxima. The
     kept blocks are put back in index order, so ties still go to the lower index.
+    NaN is not supported: XLA:CPU's max reduction does not propagate it (a block holding
+    NaN can get a number or -inf as its max), so a row with NaN may rank differently from
+    ``lax.top_k``. Searches feed log-probs; NaN there means a broken model (training
+    stops at a non-finite loss), and checking for it would cost another pass per step.
 
     Args:
       x: float [..., N]; k: 1 <= k <= N.
