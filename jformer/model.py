@@ -89,9 +89,17 @@ class Decoder(_Stack):
             self.output_projection = nn.Dense(cfg.vocab_size, dtype=dtype_of(cfg),
                                               kernel_init=nn.initializers.xavier_uniform())
 
-    def logits(self, y_BLD: Array) -> Array:
-        """Final states [B, L, D] -> float32 logits [B, L, V]."""
+    def logits(self, y_BLD: Array, output_DV: Array | None = None) -> Array:
+        """Final states [B, L, D] -> float32 logits [B, L, V].
+
+        ``output_DV``: the tied embedding transposed to [D, V] once (decoding: the product
+        then reads it in place); None: the embedding itself.
+        """
         y_BLD = self.finish(y_BLD)
+        if self.cfg.tie_output and output_DV is not None:
+            dtype = dtype_of(self.cfg)
+            return jnp.einsum("BLD,DV->BLV", y_BLD.astype(dtype), output_DV.astype(dtype),
+                              preferred_element_type=jnp.float32)
         if self.cfg.tie_output:
             return self.embed.attend(y_BLD)
         return self.output_projection(y_BLD).astype(jnp.float32)
@@ -131,7 +139,8 @@ class Decoder(_Stack):
                            cross_v=tuple(v for _, v in cross),
                            source_valid=inputs_BS != cfg.pad_id, slot=slot)
 
-    def step(self, tokens_B: Array, index: Array, cache: DecodeCache) -> tuple[Array, DecodeCache]:
+    def step(self, tokens_B: Array, index: Array, cache: DecodeCache,
+             output_DV: Array | None = None) -> tuple[Array, DecodeCache]:
         positions_B1 = jnp.broadcast_to(index, tokens_B.shape)[:, None]
         y_B1D = self.embed_tokens(tokens_B[:, None], positions_B1, deterministic=True)
         cross_mask = cache.source_valid[:, None, None, :]  # [B, 1, 1, S]
@@ -142,7 +151,7 @@ class Decoder(_Stack):
                                      cache.cross_k[i], cache.cross_v[i], cross_mask, slot)
             new_k.append(k)
             new_v.append(v)
-        logits_BV = self.logits(y_B1D)[:, 0]
+        logits_BV = self.logits(y_B1D, output_DV)[:, 0]
         return logits_BV, cache.replace(self_k=tuple(new_k), self_v=tuple(new_v), slot=slot)
 
 
@@ -212,6 +221,11 @@ class Transformer(nn.Module):
             raise ValueError(f"beam_size must be None or an int >= 1; got {beam_size!r}")
         return self.decoder.init_cache(encoded, inputs, max_decode_len, beam_size)
 
-    def decode_step(self, tokens: Array, step: Array, cache: DecodeCache) -> tuple[Array, DecodeCache]:
-        """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache)."""
-        return self.decoder.step(tokens, step, cache)
+    def decode_step(self, tokens: Array, step: Array, cache: DecodeCache,
+                    output_DV: Array | None = None) -> tuple[Array, DecodeCache]:
+        """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache).
+
+        ``output_DV``: optional [d_model, vocab] copy of the tied output embedding
+        (``jformer.translate.output_matrix``), read by the output projection.
+        """
+        return self.decoder.step(tokens, step, cache, output_DV)

@@ -98,8 +98,9 @@ def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
     """The tied output embedding transposed to [D, V] once (None if the output is untied).
 
     Tied logits are ``y [N, D] @ embedding [V, D]^T``; with the [V, D] matrix XLA's CPU
-    dot transposes all of it at every decode step (8 MB at V=8192, D=256). Given the
-    [D, V] copy, the step's transpose back folds into the dot, which reads it directly.
+    dot transposes all of it at every decode step (8 MB at V=8192, D=256). The decode
+    step's output projection reads the [D, V] copy directly, while its embedding lookup
+    keeps reading rows of the [V, D] matrix (columns of [D, V] are strided reads).
     """
     if not model_cfg.tie_output:
         return None
@@ -127,16 +128,10 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
     banned_V = (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
     forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
 
-    def step_params() -> PyTree:  # called inside the step, so the .T lands next to the dot
-        if output_DV is None:
-            return params
-        name = "shared_embedding" if cfg.share_embeddings else "target_embedding"
-        return {**params, name: {**params[name], "embedding": output_DV.T}}
-
     def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
         self_k, self_v, slot = state
         full = cache.replace(self_k=self_k, self_v=self_v, slot=slot)
-        logits_NV, new = model.apply({"params": step_params()}, tokens_N, step, full,
+        logits_NV, new = model.apply({"params": params}, tokens_N, step, full, output_DV,
                                      method=Transformer.decode_step)
         logits_NV = jnp.where(banned_V, NEG_INF, logits_NV)
         if valid_B is not None:
