@@ -1,7 +1,7 @@
 """Decoding speed: generated tokens/s with the KV cache vs recomputing the prefix.
 
     python bench/bench_decode.py [--configs small,base] [--batches 1,32] [--beams 1,4]
-        [--dtype float32|bfloat16] [--quick]
+        [--dtype float32|bfloat16] [--devices N] [--quick]
 
 Random float32 parameters (nothing is downloaded; ``--dtype bfloat16`` computes in bf16
 over them, as ``model.dtype=bfloat16`` does), source length 32, EXACTLY 32
@@ -10,7 +10,10 @@ every search runs all its steps; beam search counts 32 tokens per sentence, not 
 beam. "cached" times ``jformer.translate.decode_batch`` (encoder + cache init + search,
 one compiled program); "recompute" is the baseline defined here: a step function that
 re-runs the teacher-forced decoder over the whole (fixed-size) output buffer at every
-step. Both must pick the same tokens (checked and printed). Times are the median of
+step. Both must pick the same tokens (checked and printed). ``--devices N`` makes N CPU
+devices of the cores (``jax_num_cpu_devices``) and decodes every batch that N divides
+data-parallel over them (``decode_batch_parallel``: one search per device, as
+CTranslate2's inter_threads runs one per worker); batch 1 stays on one. Times are the median of
 --repeats calls after a warm-up, with ``block_until_ready``; compilation is timed
 separately (AOT lower + compile). Last, the cache vs recompute ratio at 64 tokens.
 """
@@ -26,6 +29,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -35,7 +39,9 @@ from jformer.beam_search import beam_search  # noqa: E402
 from jformer.config import ModelConfig  # noqa: E402
 from jformer.masks import NEG_INF  # noqa: E402
 from jformer.model import Transformer  # noqa: E402
-from jformer.translate import SearchSpec, decode_batch, output_matrix  # noqa: E402
+from jformer.sharding import make_mesh  # noqa: E402
+from jformer.translate import (SearchSpec, decode_batch, decode_batch_parallel,  # noqa: E402
+                               output_matrix)
 
 CONFIGS = {
     "small": ModelConfig(vocab_size=8192, d_model=256, num_heads=4, d_ff=1024,
@@ -65,6 +71,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--chunk-size", type=int, default=8)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="compute dtype (the references are float32)")
+    p.add_argument("--devices", type=int, default=1,
+                   help="CPU devices to split the cores into; batches they divide are "
+                        "decoded data-parallel over them")
     p.add_argument("--recompute", default="auto", choices=("auto", "all", "none"),
                    help="auto: time the recompute baseline only where it takes seconds "
                         "(and the 64-token ratio at batch 1)")
@@ -130,7 +139,7 @@ def _compile(jitted, args, **static):
 
 
 def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int,
-            recompute: bool, chunk_size: int, dtype: str = "float32") -> dict:
+            recompute: bool, chunk_size: int, dtype: str = "float32", devices: int = 1) -> dict:
     """Tokens/s of the cached search (and of the recompute baseline if asked)."""
     cfg = dataclasses.replace(CONFIGS[name], dtype=dtype)
     rng = np.random.default_rng(batch * 7 + beam)
@@ -141,9 +150,19 @@ def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int
     # Prepared once per model, like Translator does (not part of a decode call).
     output_DV = jax.block_until_ready(output_matrix(cfg, params))
     args = (params, output_DV, inputs_BS, np.ones(batch, bool), jax.random.key(0))
-    compiled, compile_s = _compile(decode_batch, args, model_cfg=cfg, spec=spec)
+    split = devices > 1 and batch % devices == 0
+    if split:
+        mesh = make_mesh(jax.devices()[:devices])
+        replicated = NamedSharding(mesh, PartitionSpec())
+        args = (jax.device_put(params, replicated), jax.device_put(output_DV, replicated),
+                *args[2:])
+        compiled, compile_s = _compile(decode_batch_parallel, args, model_cfg=cfg, spec=spec,
+                                       mesh=mesh)
+    else:
+        compiled, compile_s = _compile(decode_batch, args, model_cfg=cfg, spec=spec)
     cached_s = _time(compiled, args, repeats)
     row = dict(config=name, batch=batch, beam=beam, compile_s=compile_s,
+               devices=devices if split else 1,
                cached=batch * gen_len / cached_s, recompute=None, same=None)
     if recompute:
         r_args = (params, inputs_BS)
@@ -170,9 +189,10 @@ def _fmt(x: float | None) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    print("\n| config | batch | beam | cached tok/s | recompute tok/s | cache/recompute | "
-          "same tokens | compile s | reference tok/s (ours / theirs) | target |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| config | batch | beam | devices | cached tok/s | recompute tok/s | "
+          "cache/recompute | same tokens | compile s | reference tok/s (ours / theirs) | "
+          "target |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         refs = REFERENCE.get((r["config"], r["batch"], r["beam"]), {})
         ref_txt = "; ".join(f"{k} {v:,} ({r['cached'] / v:.2f}x)" for k, v in refs.items())
@@ -182,13 +202,16 @@ def print_table(rows: list[dict]) -> None:
             ok = r["cached"] >= need * refs["Flax WMT"]
             target = f">= {need}x Flax: {'met' if ok else 'MISSED'}"
         ratio = None if r["recompute"] is None else r["cached"] / r["recompute"]
-        print(f"| {r['config']} | {r['batch']} | {r['beam']} | {_fmt(r['cached'])} | "
+        print(f"| {r['config']} | {r['batch']} | {r['beam']} | {r['devices']} | "
+              f"{_fmt(r['cached'])} | "
               f"{_fmt(r['recompute'])} | {'-' if ratio is None else f'{ratio:.1f}x'} | "
               f"{'-' if r['same'] is None else ('yes' if r['same'] else 'NO')} | "
               f"{r['compile_s']:.1f} | {ref_txt or '-'} | {target} |")
 
 
 def main(args: argparse.Namespace) -> None:
+    if args.devices > 1:  # before jax starts its CPU backend
+        jax.config.update("jax_num_cpu_devices", args.devices)
     configs = ["small"] if args.quick else args.configs.split(",")
     repeats = 3 if args.quick else args.repeats
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs; "
@@ -203,7 +226,7 @@ def main(args: argparse.Namespace) -> None:
             for beam in _ints(args.beams):
                 row = measure(name, params, batch, beam, GEN_LEN, repeats,
                               _want_recompute(args, name, batch, beam, GEN_LEN),
-                              args.chunk_size, args.dtype)
+                              args.chunk_size, args.dtype, args.devices)
                 rows.append(row)
                 print(f"  {name} batch {batch} beam {beam}: {row['cached']:,.0f} tok/s "
                       f"cached, {_fmt(row['recompute'])} recompute", flush=True)

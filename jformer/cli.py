@@ -1,6 +1,6 @@
 """The ``jformer`` command line (also ``python -m jformer``).
 
-    jformer translate --workdir runs/demo [--checkpoint DIR] [--beam 4] < in.txt > out.txt
+    jformer translate --workdir runs/demo [--checkpoint DIR] [--beam 4] [--devices N] < in > out
     jformer evaluate --workdir runs/demo --src test.en --ref test.de [--hyp-out FILE]
     jformer attention --workdir runs/demo "A sentence." [--out DIR]
     jformer average-checkpoints --workdir runs/demo --last 5 --out DIR
@@ -43,6 +43,10 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k best")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--devices", type=int, default=1,
+                   help="decode each batch data-parallel over this many local devices "
+                        "(on a CPU: its cores split into that many devices; helps large "
+                        "batches, not batch 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,10 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _translator(args: argparse.Namespace):
-    from jformer.translate import Translator  # jax import deferred: fast --help
+    import jax  # deferred: fast --help
 
+    from jformer.translate import Translator
+
+    devices = getattr(args, "devices", 1)
+    if devices > 1:  # before jax starts its CPU backend; accelerators are unaffected
+        try:
+            jax.config.update("jax_num_cpu_devices", devices)
+        except RuntimeError:  # jax already running (in-process use): keep its devices
+            pass
     return Translator.from_checkpoint(args.workdir, checkpoint_dir=args.checkpoint,
-                                      step=args.step)
+                                      step=args.step, devices=devices)
 
 
 def _search_kwargs(args: argparse.Namespace) -> dict:

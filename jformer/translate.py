@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jformer import checkpoint, decode
 from jformer.beam_search import beam_search
@@ -37,6 +38,7 @@ from jformer.data.pipeline import tokenizer_path
 from jformer.kv_cache import DecodeCache, reorder_slots
 from jformer.masks import NEG_INF
 from jformer.model import Transformer
+from jformer.sharding import AXIS, make_mesh
 from jformer.tokenizer import Tokenizer
 from jformer.types import Array, PyTree
 
@@ -197,6 +199,30 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
                         lengths=out.lengths[:, None], finished=out.finished[:, None])
 
 
+@functools.partial(jax.jit, static_argnames=("model_cfg", "spec", "mesh"))
+def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Array,
+                          valid_B: Array, rng: Array, *, model_cfg: ModelConfig,
+                          spec: SearchSpec, mesh: jax.sharding.Mesh) -> decode.DecodeResult:
+    """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
+
+    Each device decodes its contiguous share of the batch rows (B must be a multiple of
+    the device count) with replicated parameters, on its own: its own early exit, no
+    collectives, results identical to one device's up to float rounding (the compiled
+    products may differ). Sampling folds the device index into ``rng``. ``num_steps`` is
+    the largest over the devices.
+    """
+    def local(p, o, x, v, r):
+        r = jax.random.fold_in(r, jax.lax.axis_index(AXIS))
+        out = decode_batch(p, o, x, v, r, model_cfg=model_cfg, spec=spec)
+        return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
+
+    rows = P(AXIS)
+    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, P()),
+                        out_specs=decode.DecodeResult(rows, rows, rows, rows, rows),
+                        check_vma=False)(params, output_DV, inputs_BS, valid_B, rng)
+    return out._replace(num_steps=out.num_steps.max())
+
+
 # ------------------------------------------------------------------ length buckets
 
 
@@ -235,10 +261,15 @@ class Translator:
       tokenizer: the sentencepiece :class:`Tokenizer` the model was trained with.
       decode_cfg: search defaults, batch size, length buckets, overlong policy.
       chunk_size: decode steps between early-exit checks.
+      devices: decode each batch data-parallel over this many local devices
+        (:func:`decode_batch_parallel`; batch sizes must be multiples of it). On a CPU,
+        ``jax.config.update("jax_num_cpu_devices", n)`` before jax starts makes n devices
+        of its cores, one search each (``jformer translate --devices``).
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, tokenizer: Tokenizer,
-                 decode_cfg: DecodeConfig | None = None, *, chunk_size: int = 8):
+                 decode_cfg: DecodeConfig | None = None, *, chunk_size: int = 8,
+                 devices: int = 1):
         tok_ids = (tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
         cfg_ids = (model_cfg.vocab_size, model_cfg.pad_id, model_cfg.bos_id, model_cfg.eos_id)
         if tok_ids != cfg_ids:
@@ -246,13 +277,20 @@ class Translator:
                              f"match the model config's {cfg_ids}")
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+        local = jax.local_devices()
+        if not isinstance(devices, int) or not 1 <= devices <= len(local):
+            raise ValueError(f"devices must be an int in [1, {len(local)}] (the local "
+                             f"devices: {local[0].platform} x {len(local)}); got {devices!r}")
         self.model_cfg = model_cfg
         self.decode_cfg = decode_cfg or DecodeConfig()
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
+        self.mesh = make_mesh(local[:devices]) if devices > 1 else None
         # Once, not per batch; on one device (training may hand over mesh-replicated
-        # params, which would make every decode run once per device).
-        self.params = jax.device_put(params, jax.local_devices()[0])
+        # params, which would make every decode run once per device) or replicated over
+        # the decode devices.
+        self.params = jax.device_put(params, local[0] if self.mesh is None
+                                     else NamedSharding(self.mesh, P()))
         self.output_DV = output_matrix(model_cfg, self.params)
         self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
 
@@ -352,6 +390,9 @@ class Translator:
         alpha = cfg.alpha if alpha is None else alpha
         batch_size = cfg.batch_size if batch_size is None else batch_size
         _check_args(method, beam_size, alpha, n_best, batch_size, max_len)
+        if self.mesh is not None and batch_size % self.mesh.size:
+            raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
+                             f"(each device decodes an equal share); got {batch_size}")
         temperature = cfg.temperature if temperature is None else temperature
         top_k = cfg.top_k if top_k is None else top_k
         rng = jax.random.key(0) if rng is None else rng
@@ -380,8 +421,12 @@ class Translator:
         for r, ids in enumerate(rows):
             inputs_BS[r, :len(ids)] = ids
         valid_B = np.arange(batch_size) < len(rows)
-        out = decode_batch(self.params, self.output_DV, inputs_BS, valid_B, rng,
-                           model_cfg=cfg, spec=spec)
+        if self.mesh is None:
+            out = decode_batch(self.params, self.output_DV, inputs_BS, valid_B, rng,
+                               model_cfg=cfg, spec=spec)
+        else:
+            out = decode_batch_parallel(self.params, self.output_DV, inputs_BS, valid_B, rng,
+                                        model_cfg=cfg, spec=spec, mesh=self.mesh)
         n = len(rows)
         tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
         scores_NW = np.asarray(out.scores)[:n, :n_best].astype(np.float64)

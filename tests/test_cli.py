@@ -63,6 +63,11 @@ def test_translate_streams_stdin_to_stdout_in_order(workdir, reference, capsys, 
     status, out, _ = run_cli(["translate", "--workdir", workdir, "--beam", 1, "--quiet"],
                              capsys, text, monkeypatch)
     assert status == 0 and out.split("\n")[:-1] == reference.translate(LINES, beam_size=1)
+    # Data-parallel over 2 of the test process's devices: the same lines.
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--devices", 2,
+                                "--batch-size", 4, "--quiet"], capsys, text, monkeypatch)
+    assert status == 0, err
+    assert out.split("\n")[:-1] == reference.translate(LINES)
 
 
 def test_evaluate_prints_bleu_and_chrf_with_signatures(workdir, reference, tmp_path, capsys):

@@ -170,6 +170,25 @@ def test_batch_equals_sentences_one_by_one_in_input_order(translator, beam_size)
     assert len({len(h.ids) for h in together}) > 2  # the EOS bias gives varied lengths
 
 
+@pytest.mark.parametrize("devices", [2, 4])
+def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
+    cfg, params, tok = setup
+    parallel = Translator(cfg, params, tok, DECODE, devices=devices)
+    assert parallel.mesh.size == devices
+    for kwargs in (dict(beam_size=3, n_best=2), dict(method="greedy")):
+        want = translator.translate(SHORT, return_scores=True, **kwargs)
+        got = parallel.translate(SHORT, return_scores=True, **kwargs)
+        if "n_best" in kwargs:
+            want, got = sum(want, []), sum(got, [])
+        assert [h.text for h in got] == [h.text for h in want]
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in want],
+                                   rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=f"batch_size must be a multiple of devices={devices}"):
+        parallel.translate(SHORT, batch_size=devices + 1)
+    with pytest.raises(ValueError, match="devices must be an int in"):
+        Translator(cfg, params, tok, DECODE, devices=len(jax.local_devices()) + 1)
+
+
 def test_compilations_stay_bounded_over_mixed_lengths(translator):
     words, rng = words_of_corpus(), random.Random(0)
     calls = [[" ".join(rng.choices(words, k=rng.randint(1, 40)))
