@@ -162,7 +162,7 @@ def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int
         compiled, compile_s = _compile(decode_batch, args, model_cfg=cfg, spec=spec)
     cached_s = _time(compiled, args, repeats)
     row = dict(config=name, batch=batch, beam=beam, compile_s=compile_s,
-               devices=devices if split else 1,
+               devices=devices if split else ("1" if devices == 1 else f"1 of {devices}"),
                cached=batch * gen_len / cached_s, recompute=None, same=None)
     if recompute:
         r_args = (params, inputs_BS)

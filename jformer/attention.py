@@ -241,8 +241,8 @@ class MultiHeadAttention(nn.Module):
     def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
         """Cross-attention keys and values of the encoder output, each [B, H, M, K].
 
-        Heads first, the layout of the decode cache: computed once per source, they are
-        then read by every decode step without a transpose.
+        Heads first; the decode cache stores the keys transposed once more, [B, H, K, M]
+        (``Decoder.init_cache``), the layout its steps' products read in place.
         """
         bias_JHK = jnp.stack([jnp.zeros_like(self.v_bias), self.v_bias]).astype(self.dtype)
         # [B, M, D] x [D, 2, H, K] -> [2, B, H, M, K]
@@ -261,6 +261,9 @@ class MultiHeadAttention(nn.Module):
         q_N1HK = self._to_heads(x_N1D, self.q_kernel) + self.q_bias.astype(self.dtype)
         rows, _, heads, head_dim = q_N1HK.shape
         sources = kt_BHKM.shape[0]
+        if rows % sources:
+            raise ValueError(f"cross_attend_step: x's batch ({rows}) must be a multiple of "
+                             f"the memory batch ({sources})")
         # [B*G, 1, H, K] -> [B, H, G, K]
         q_BHGK = q_N1HK.reshape(sources, rows // sources, heads, head_dim).transpose(0, 2, 1, 3)
         ctx_BHGK = cached_attention(q_BHGK, kt_BHKM, v_BHMK, mask_B11M)
@@ -271,9 +274,9 @@ class MultiHeadAttention(nn.Module):
         """Cross-attention of decoder states x [B, L, D] to projected memory K/V [B, H, M, K].
 
         ``x`` may hold G >= 1 rows per memory row (x [B*G, L, D], k/v [B, H, M, K]): row
-        b*G + g attends to memory b (one copy of each source's keys/values for its G
-        hypotheses, as :meth:`cross_attend_step` does in beam search). ``mask`` must then
-        broadcast against [B, H, G*L, M] (e.g. [B, 1, 1, M]).
+        b*G + g attends to memory b (teacher forcing passes G = 1; decoding steps use
+        :meth:`cross_attend_step`). ``mask`` must then broadcast against [B, H, G*L, M]
+        (e.g. [B, 1, 1, M]).
         """
         q_BLHK = self._to_heads(x_BLD, self.q_kernel) + self.q_bias.astype(self.dtype)
         rows, length, heads, head_dim = q_BLHK.shape

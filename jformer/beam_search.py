@@ -155,7 +155,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       state: pytree, every leaf [batch_size, ...]; tiled to [batch_size * beam_size, ...]
         (row b*W + w is beam w of row b) and reordered each step along axis 0. With
         ``reorder``, instead, the state of all B*W hypotheses in the step function's
-        own layout, used as given.
+        own layout (leaves still lead with batch_size), used as given.
       reorder: ``reorder(state, parent_BW) -> state`` after each step, parent_BW int32
         [B, W] the beam each new hypothesis extends (e.g. a slot-addressed KV cache that
         only remaps a small table); None: :func:`gather_rows` of the tiled state.
@@ -172,10 +172,9 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       finished bool [B, W] (False: an alive hypothesis returned because fewer than W
       finished), num_steps.
     """
-    # A caller-laid-out state (reorder given) has no [batch_size, ...] leaves to check.
-    chunk_size = check_search_args(state if reorder is None else (), batch_size=batch_size,
-                                   max_len=max_len, chunk_size=chunk_size, min_len=min_len,
-                                   bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+    chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
+                                   chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
+                                   eos_id=eos_id, pad_id=pad_id)
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1; got {beam_size!r}")
     if not isinstance(alpha, (int, float)) or alpha < 0:

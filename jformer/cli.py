@@ -42,11 +42,12 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=("beam", "greedy", "sample"), default="beam")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k best")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--seed", type=int, default=0,
+                   help="sampling seed (samples also depend on --devices)")
     p.add_argument("--devices", type=int, default=1,
-                   help="decode each batch data-parallel over this many local devices "
-                        "(on a CPU: its cores split into that many devices; helps large "
-                        "batches, not batch 1)")
+                   help="decode each batch data-parallel over this many local devices; "
+                        "the batch size must be a multiple (on a CPU: its cores split "
+                        "into that many devices; helps large batches, not batch 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +101,9 @@ def _translator(args: argparse.Namespace):
     from jformer.translate import Translator
 
     devices = getattr(args, "devices", 1)
-    if devices > 1:  # before jax starts its CPU backend; accelerators are unaffected
+    # Process-wide, and only before jax starts its CPU backend (accelerators are
+    # unaffected); it then overrides an XLA_FLAGS device count.
+    if devices > 1:
         try:
             jax.config.update("jax_num_cpu_devices", devices)
         except RuntimeError:  # jax already running (in-process use): keep its devices

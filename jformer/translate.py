@@ -13,7 +13,7 @@ runs the encoder once, projects the cross-attention keys/values once and runs th
 search of :mod:`jformer.decode` over the cached decoder step. Beam search keeps the
 self-attention cache slot-addressed (:mod:`jformer.kv_cache`: choosing parents remaps a
 small table instead of moving the buffers); cross-attention keys/values stay one copy
-per source (``MultiHeadAttention.cross_attend`` maps a row's W hypotheses onto it).
+per source (``MultiHeadAttention.cross_attend_step`` maps a row's W hypotheses onto it).
 """
 from __future__ import annotations
 
@@ -107,7 +107,9 @@ def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
     if not model_cfg.tie_output:
         return None
     name = "shared_embedding" if model_cfg.share_embeddings else "target_embedding"
-    return jax.jit(jnp.transpose)(params[name]["embedding"])
+    dtype = jnp.bfloat16 if model_cfg.dtype == "bfloat16" else jnp.float32
+    # In the compute dtype: a bf16 step then reads it without converting 8 MB every step.
+    return jax.jit(lambda e: e.T.astype(dtype))(params[name]["embedding"])
 
 
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
@@ -132,6 +134,12 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
 
     def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
         self_k, self_v, slot = state
+        if slot is not None and tokens_N.shape[0] != slot.shape[0] * slot.shape[1]:
+            raise ValueError(
+                f"the slot-addressed cache holds {slot.shape[1]} hypotheses for each of "
+                f"{slot.shape[0]} sources ({slot.shape[0] * slot.shape[1]} rows); the "
+                f"search stepped {tokens_N.shape[0]}: init_decode_state's beam_size must "
+                "be the search's beam_size")
         full = cache.replace(self_k=self_k, self_v=self_v, slot=slot)
         logits_NV, new = model.apply({"params": params}, tokens_N, step, full, output_DV,
                                      method=Transformer.decode_step)
@@ -379,7 +387,9 @@ class Translator:
           return_scores: return :class:`Hypothesis` (text, score, ids) instead of str.
           method: "beam" | "greedy" | "sample".
           temperature, top_k: sampling settings (default: decode_cfg).
-          rng: PRNG key for sampling (default: key 0); batch i uses fold_in(rng, i).
+          rng: PRNG key for sampling (default: key 0); batch i uses fold_in(rng, i)
+            (and, with ``devices`` > 1, each device folds in its index: samples depend
+            on the device count).
           batch_size: rows per compiled batch (default: decode_cfg.batch_size).
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first

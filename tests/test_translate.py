@@ -172,6 +172,8 @@ def test_batch_equals_sentences_one_by_one_in_input_order(translator, beam_size)
 
 @pytest.mark.parametrize("devices", [2, 4])
 def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
+    if len(jax.local_devices()) < devices:
+        pytest.skip(f"needs {devices} local devices (tests/conftest.py asks for 8)")
     cfg, params, tok = setup
     parallel = Translator(cfg, params, tok, DECODE, devices=devices)
     assert parallel.mesh.size == devices
@@ -183,6 +185,11 @@ def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
         assert [h.text for h in got] == [h.text for h in want]
         np.testing.assert_allclose([h.score for h in got], [h.score for h in want],
                                    rtol=1e-5, atol=1e-5)
+    # Sampling: each device folds its index into the key; reproducible per key.
+    sample = functools.partial(parallel.translate, SHORT, method="sample", temperature=2.0)
+    first = sample(rng=jax.random.key(1))
+    assert sample(rng=jax.random.key(1)) == first
+    assert sample(rng=jax.random.key(2)) != first
     with pytest.raises(ValueError, match=f"batch_size must be a multiple of devices={devices}"):
         parallel.translate(SHORT, batch_size=devices + 1)
     with pytest.raises(ValueError, match="devices must be an int in"):
@@ -383,6 +390,10 @@ def test_slot_addressed_beam_search_equals_reordering_the_rows(setup, beam_size)
             step_fn, state, reorder=translate.reorder_beam_state if slots else None, **spec)
 
     slot, rows = search(True), search(False)
+    cache = translate.encode_and_init(model, params, inputs_BS, 12, beam_size + 1)
+    with pytest.raises(ValueError, match="init_decode_state's beam_size must be the search"):
+        beam_search.beam_search(*translate.make_step_fn(model, params, cache),
+                                reorder=translate.reorder_beam_state, **spec)
     np.testing.assert_array_equal(slot.tokens, rows.tokens)
     np.testing.assert_array_equal(slot.lengths, rows.lengths)
     np.testing.assert_allclose(slot.scores, rows.scores, rtol=1e-5, atol=1e-5)
