@@ -258,16 +258,24 @@ class MultiHeadAttention(nn.Module):
         b*G + g attends to memory b, the G rows of a source as one batched product.
         ``mask_B11M``: bool [B, 1, 1, M]. Returns [N, 1, D].
         """
-        q_N1HK = self._to_heads(x_N1D, self.q_kernel) + self.q_bias.astype(self.dtype)
-        rows, _, heads, head_dim = q_N1HK.shape
-        sources = kt_BHKM.shape[0]
+        q_BGHK = self._source_queries(x_N1D, kt_BHKM.shape[0], "cross_attend_step")
+        ctx_BHGK = cached_attention(q_BGHK.transpose(0, 2, 1, 3), kt_BHKM, v_BHMK, mask_B11M)
+        # [B, H, G, K] -> [B, G, H, K] -> [B*G, 1, H, K]
+        ctx_N1HK = ctx_BHGK.transpose(0, 2, 1, 3).reshape(x_N1D.shape[0], 1, *q_BGHK.shape[2:])
+        return self._output(ctx_N1HK)
+
+    def _source_queries(self, x_BLD: Array, sources: int, caller: str) -> Array:
+        """Cross-attention queries of x [B*G, L, D] grouped by memory row: [B, G*L, H, K].
+
+        Row b*G + g attends to memory b, so a source's G rows become extra query
+        positions of one batched product.
+        """
+        q_BLHK = self._to_heads(x_BLD, self.q_kernel) + self.q_bias.astype(self.dtype)
+        rows, length, heads, head_dim = q_BLHK.shape
         if rows % sources:
-            raise ValueError(f"cross_attend_step: x's batch ({rows}) must be a multiple of "
-                             f"the memory batch ({sources})")
-        # [B*G, 1, H, K] -> [B, H, G, K]
-        q_BHGK = q_N1HK.reshape(sources, rows // sources, heads, head_dim).transpose(0, 2, 1, 3)
-        ctx_BHGK = cached_attention(q_BHGK, kt_BHKM, v_BHMK, mask_B11M)
-        return self._output(ctx_BHGK.transpose(0, 2, 1, 3).reshape(rows, 1, heads, head_dim))
+            raise ValueError(f"{caller}: x's batch ({rows}) must be a multiple of the "
+                             f"memory batch ({sources})")
+        return q_BLHK.reshape(sources, rows // sources * length, heads, head_dim)
 
     def cross_attend(self, x_BLD: Array, k_BHMK: Array, v_BHMK: Array, mask: Array | None,
                      deterministic: bool = True) -> Array:
@@ -278,13 +286,6 @@ class MultiHeadAttention(nn.Module):
         :meth:`cross_attend_step`). ``mask`` must then broadcast against [B, H, G*L, M]
         (e.g. [B, 1, 1, M]).
         """
-        q_BLHK = self._to_heads(x_BLD, self.q_kernel) + self.q_bias.astype(self.dtype)
-        rows, length, heads, head_dim = q_BLHK.shape
-        sources = k_BHMK.shape[0]
-        if rows % sources:
-            raise ValueError(f"cross_attend: x's batch ({rows}) must be a multiple of the "
-                             f"memory batch ({sources})")
-        # [B*G, L, H, K] -> [B, G*L, H, K]: a source's G rows become extra query positions.
-        q_BLHK = q_BLHK.reshape(sources, rows // sources * length, heads, head_dim)
+        q_BLHK = self._source_queries(x_BLD, k_BHMK.shape[0], "cross_attend")
         out_BLD = self._attend(q_BLHK, k_BHMK, v_BHMK, mask, deterministic, kv_heads_first=True)
-        return out_BLD.reshape(rows, length, out_BLD.shape[-1])  # -> [B*G, L, D]
+        return out_BLD.reshape(x_BLD.shape[:2] + out_BLD.shape[-1:])  # -> [B*G, L, D]
