@@ -89,8 +89,15 @@ class Decoder(_Stack):
             self.output_projection = nn.Dense(cfg.vocab_size, dtype=dtype_of(cfg),
                                               kernel_init=nn.initializers.xavier_uniform())
 
+    def output_layer(self) -> tuple[Array, Array | None]:
+        """The output projection as (weights [V, D] in the compute dtype, bias [V] | None)."""
+        if self.cfg.tie_output:
+            return self.embed.embedding.astype(dtype_of(self.cfg)), None
+        p = self.output_projection.variables["params"]
+        return p["kernel"].T.astype(dtype_of(self.cfg)), p["bias"]
+
     def logits(self, y_BLD: Array, output_DV: Array | None = None) -> Array:
-        """Final states [B, L, D] -> float32 logits [B, L, V].
+        """Final states [B, L, D] (before the pre-LN final norm) -> float32 logits [B, L, V].
 
         ``output_DV``: the tied embedding transposed to [D, V] once (decoding: the product
         then reads it in place); None: the embedding itself.
@@ -108,8 +115,12 @@ class Decoder(_Stack):
                  inputs_segmentation_BS: Array | None = None,
                  targets_segmentation_BT: Array | None = None,
                  targets_position_BT: Array | None = None,
-                 deterministic: bool = True) -> Array:
-        """Teacher forcing: logits [B, T, V] predicting each target token."""
+                 deterministic: bool = True, project: bool = True) -> Array:
+        """Teacher forcing: logits [B, T, V] predicting each target token.
+
+        ``project=False``: the final states [B, T, D] instead, which ``output_layer``
+        projects to the logits (for losses that fuse the projection).
+        """
         cfg = self.cfg
         self_mask = masks.decoder_mask(targets_BT, cfg.pad_id, targets_segmentation_BT)
         cross_mask = masks.cross_mask(targets_BT, inputs_BS, cfg.pad_id,
@@ -119,7 +130,7 @@ class Decoder(_Stack):
                                   deterministic)
         for layer in self.layers:
             y_BTD = layer(y_BTD, encoded_BSD, self_mask, cross_mask, deterministic)
-        return self.logits(y_BTD)
+        return self.logits(y_BTD) if project else self.finish(y_BTD)
 
     def init_cache(self, encoded_BSD: Array, inputs_BS: Array, max_len: int,
                    beam_size: int | None = None) -> DecodeCache:
@@ -182,8 +193,12 @@ class Transformer(nn.Module):
     def decode(self, encoded: Array, inputs: Array, targets: Array,
                inputs_segmentation: Array | None = None,
                targets_segmentation: Array | None = None,
-               targets_position: Array | None = None, deterministic: bool = True) -> Array:
-        """Teacher-forced logits float32 [batch, tgt_len, vocab] from encoded [batch, src_len, d_model]."""
+               targets_position: Array | None = None, deterministic: bool = True,
+               project: bool = True) -> Array:
+        """Teacher-forced logits float32 [batch, tgt_len, vocab] from encoded [batch, src_len, d_model].
+
+        ``project=False``: the decoder's final states [batch, tgt_len, d_model] instead.
+        """
         check_tokens("targets", targets)
         if encoded.ndim != 3 or encoded.shape[:2] != inputs.shape:
             raise ValueError(f"encoded must be [batch, src_len, d_model] matching inputs "
@@ -191,12 +206,32 @@ class Transformer(nn.Module):
         check_same_shape("targets_segmentation", targets_segmentation, "targets", targets)
         check_same_shape("targets_position", targets_position, "targets", targets)
         return self.decoder(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
-                            targets_position, deterministic)
+                            targets_position, deterministic, project)
 
     def __call__(self, inputs: Array, targets: Array, inputs_segmentation: Array | None = None,
                  targets_segmentation: Array | None = None, inputs_position: Array | None = None,
                  targets_position: Array | None = None, deterministic: bool = True) -> Array:
         """Logits float32 [batch, tgt_len, vocab] predicting ``targets`` given ``inputs``."""
+        return self._teacher_forced(inputs, targets, inputs_segmentation, targets_segmentation,
+                                    inputs_position, targets_position, deterministic, True)
+
+    def features(self, inputs: Array, targets: Array, inputs_segmentation: Array | None = None,
+                 targets_segmentation: Array | None = None,
+                 inputs_position: Array | None = None, targets_position: Array | None = None,
+                 deterministic: bool = True) -> tuple[Array, Array, Array | None]:
+        """``__call__`` stopped before the output projection, for a loss that fuses it.
+
+        Returns (final decoder states [batch, tgt_len, d_model], output weights
+        [vocab, d_model], output bias [vocab] or None): the logits are
+        states . weights^T + bias (``jformer.losses.projected_cross_entropy``).
+        """
+        states = self._teacher_forced(inputs, targets, inputs_segmentation,
+                                      targets_segmentation, inputs_position, targets_position,
+                                      deterministic, False)
+        return (states, *self.decoder.output_layer())
+
+    def _teacher_forced(self, inputs, targets, inputs_segmentation, targets_segmentation,
+                        inputs_position, targets_position, deterministic, project):
         check_tokens("inputs", inputs)
         check_tokens("targets", targets)
         if inputs.shape[0] != targets.shape[0]:
@@ -204,7 +239,7 @@ class Transformer(nn.Module):
                              f"{inputs.shape[0]} and {targets.shape[0]}")
         encoded = self.encode(inputs, inputs_segmentation, inputs_position, deterministic)
         return self.decode(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
-                           targets_position, deterministic)
+                           targets_position, deterministic, project)
 
     def init_decode_state(self, encoded: Array, inputs: Array, max_decode_len: int,
                           beam_size: int | None = None) -> DecodeCache:

@@ -17,7 +17,7 @@ import optax
 from flax import struct
 from jax import lax
 
-from jformer.losses import smoothed_cross_entropy
+from jformer.losses import projected_cross_entropy
 from jformer.model import Transformer
 from jformer.sharding import AXIS
 from jformer.types import PyTree
@@ -56,12 +56,13 @@ def make_loss_fn(model: Transformer, label_smoothing: float, pad_id: int) -> Cal
 
     def loss_fn(params, batch, rng):
         deterministic = rng is None
-        logits_BTV = model.apply({"params": params}, **_model_inputs(batch),
-                                 deterministic=deterministic,
-                                 rngs=None if deterministic else {"dropout": rng})
+        # The output projection runs inside the loss (chunked; see projected_cross_entropy).
+        states_BTD, w_VD, bias_V = model.apply(
+            {"params": params}, **_model_inputs(batch), deterministic=deterministic,
+            rngs=None if deterministic else {"dropout": rng}, method=Transformer.features)
         targets_BT = batch["targets"]
-        metrics = smoothed_cross_entropy(logits_BTV, targets_BT, targets_BT != pad_id,
-                                         label_smoothing)
+        metrics = projected_cross_entropy(states_BTD, w_VD, bias_V, targets_BT,
+                                          targets_BT != pad_id, label_smoothing)
         return metrics["loss"], metrics
 
     return loss_fn

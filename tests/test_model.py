@@ -178,3 +178,17 @@ def test_packed_rows_equal_separate_sentences():
     logits = model.apply(v, **packed)
     np.testing.assert_allclose(logits[0, :3], model.apply(v, src_a, tgt_a)[0], atol=1e-5)
     np.testing.assert_allclose(logits[0, 3:7], model.apply(v, src_b, tgt_b)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_features_project_to_the_logits(tie_output, norm):
+    """features() stops before the output projection: states . w^T + bias == logits."""
+    cfg = dataclasses.replace(CFG, tie_output=tie_output, norm=norm)
+    model, v = init(cfg)
+    inputs, targets = make_batch()
+    states, w, bias = model.apply(v, inputs, targets, method=Transformer.features)
+    assert states.shape == (2, 5, cfg.d_model) and w.shape == (cfg.vocab_size, cfg.d_model)
+    assert (bias is None) == tie_output
+    logits = jnp.einsum("BTD,VD->BTV", states, w) + (0.0 if bias is None else bias)
+    np.testing.assert_allclose(logits, model.apply(v, inputs, targets), rtol=1e-5, atol=1e-5)
