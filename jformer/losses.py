@@ -201,16 +201,19 @@ def projected_cross_entropy(x_BTD: Array, w_VD: Array, bias_V: Array | None,
     to 140 ms at those shapes (d_model 256), and from 1.27 to 1.17 s at d_model 512 and
     a 32k vocabulary.
 
-    Only ``loss`` is differentiable (the gradient of the others is stopped): its gradient
-    is built in the forward pass, so evaluation (no gradient) skips that work while a
-    gradient pass costs no second projection.
+    Only ``loss`` is differentiable, in reverse mode (``jax.grad``), with respect to x,
+    w and bias; ``nll`` and ``correct`` have their gradient stopped and ``weights_BT``
+    is a constant. The gradient is built in the forward pass, so evaluation (no
+    gradient) skips that work while a gradient pass costs no second projection.
 
     Args:
-      x_BTD: final decoder states [batch, tgt_len, d_model], compute dtype.
-      w_VD: output weights [vocab, d_model] (the tied embedding), same dtype as x.
-      bias_V: float [vocab] or None.
+      x_BTD: final decoder states [batch, tgt_len, d_model] in the compute dtype.
+      w_VD: output weights [vocab, d_model] (the tied embedding, or an untied kernel
+        transposed); cast to x's dtype.
+      bias_V: float [vocab] (added to the float32 logits) or None.
       targets_BT, weights_BT, label_smoothing: as in ``smoothed_cross_entropy``.
-      chunk_rows: rows per chunk (the last is padded with zero-weight rows).
+      chunk_rows: the most rows per chunk; the rows are split into equal chunks, the
+        last padded with zero-weight rows.
     Returns:
       the dict ``smoothed_cross_entropy`` returns, for those logits.
     """
@@ -224,11 +227,15 @@ def projected_cross_entropy(x_BTD: Array, w_VD: Array, bias_V: Array | None,
     if bias_V is not None and bias_V.shape != w_VD.shape[:1]:
         raise ValueError(f"projected_cross_entropy: bias must be [{w_VD.shape[0]}]; got "
                          f"{bias_V.shape}")
+    if int(chunk_rows) < 1:
+        raise ValueError(f"projected_cross_entropy: chunk_rows must be >= 1; got {chunk_rows}")
     num_rows = targets_BT.size
-    rows = max(1, min(int(chunk_rows), num_rows))
+    # As many chunks as chunk_rows needs, evened out so padding stays below one per chunk.
+    num_chunks = max(1, -(-num_rows // int(chunk_rows)))
+    rows = max(1, -(-num_rows // num_chunks))
     weights_N = weights_BT.reshape(-1).astype(jnp.float32)
     loss, nll, correct = _projected_sums(
-        x_BTD.reshape(num_rows, -1), w_VD.astype(x_BTD.dtype), bias_V,
+        x_BTD.reshape(num_rows, x_BTD.shape[-1]), w_VD.astype(x_BTD.dtype), bias_V,
         jnp.asarray(targets_BT, jnp.int32).reshape(-1), weights_N, float(label_smoothing), rows)
     return {"loss": loss, "nll": lax.stop_gradient(nll), "tokens": weights_N.sum(),
             "correct": lax.stop_gradient(correct)}

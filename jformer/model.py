@@ -90,7 +90,7 @@ class Decoder(_Stack):
                                               kernel_init=nn.initializers.xavier_uniform())
 
     def output_layer(self) -> tuple[Array, Array | None]:
-        """The output projection as (weights [V, D] in the compute dtype, bias [V] | None)."""
+        """The output projection as (weights [V, D] in the compute dtype, float32 bias [V] | None)."""
         if self.cfg.tie_output:
             return self.embed.embedding.astype(dtype_of(self.cfg)), None
         p = self.output_projection.variables["params"]
@@ -130,7 +130,11 @@ class Decoder(_Stack):
                                   deterministic)
         for layer in self.layers:
             y_BTD = layer(y_BTD, encoded_BSD, self_mask, cross_mask, deterministic)
-        return self.logits(y_BTD) if project else self.finish(y_BTD)
+        if project or (self.is_initializing() and not self.cfg.tie_output):
+            logits_BTV = self.logits(y_BTD)  # (an untied projection creates its params)
+            if project:
+                return logits_BTV
+        return self.finish(y_BTD)
 
     def init_cache(self, encoded_BSD: Array, inputs_BS: Array, max_len: int,
                    beam_size: int | None = None) -> DecodeCache:

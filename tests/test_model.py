@@ -186,9 +186,24 @@ def test_features_project_to_the_logits(tie_output, norm):
     """features() stops before the output projection: states . w^T + bias == logits."""
     cfg = dataclasses.replace(CFG, tie_output=tie_output, norm=norm)
     model, v = init(cfg)
+    # Noised parameters: at init the output bias is 0 and a final LayerNorm is the
+    # identity on normalised input, which would hide a lost bias or a doubled norm.
+    leaves, tree = jax.tree.flatten(v)
+    keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
+    v = jax.tree.unflatten(tree, [p + 0.3 * jax.random.normal(k, p.shape)
+                                  for p, k in zip(leaves, keys)])
     inputs, targets = make_batch()
     states, w, bias = model.apply(v, inputs, targets, method=Transformer.features)
     assert states.shape == (2, 5, cfg.d_model) and w.shape == (cfg.vocab_size, cfg.d_model)
     assert (bias is None) == tie_output
     logits = jnp.einsum("BTD,VD->BTV", states, w) + (0.0 if bias is None else bias)
     np.testing.assert_allclose(logits, model.apply(v, inputs, targets), rtol=1e-5, atol=1e-5)
+
+
+def test_features_initialises_the_same_parameters_as_call():
+    cfg = dataclasses.replace(CFG, tie_output=False)
+    inputs, targets = make_batch()
+    via_call = Transformer(cfg).init(jax.random.PRNGKey(0), inputs, targets)
+    via_features = Transformer(cfg).init(jax.random.PRNGKey(0), inputs, targets,
+                                         method=Transformer.features)
+    assert jax.tree.map(jnp.shape, via_call) == jax.tree.map(jnp.shape, via_features)

@@ -11,7 +11,9 @@ from jformer.config import ModelConfig, TrainConfig
 from jformer.model import Transformer
 from jformer.schedules import make_optimizer
 from jformer.sharding import DataParallel, make_mesh
-from jformer.train_step import create_train_state, make_eval_step, make_train_step
+from jformer.losses import smoothed_cross_entropy
+from jformer.train_step import (create_train_state, make_eval_step, make_loss_fn,
+                                 make_train_step)
 
 CFG = ModelConfig(vocab_size=31, d_model=16, num_heads=2, num_encoder_layers=1,
                   num_decoder_layers=1, d_ff=24, max_len=16, dropout_rate=0.0)
@@ -129,3 +131,54 @@ def test_put_batch_rejects_rows_not_divisible_by_devices():
     dp = DataParallel(make_mesh(jax.devices()[:4]))
     with pytest.raises(ValueError, match="multiple of the 4 local devices"):
         dp.put_batch({"inputs": np.zeros((6, 3), np.int32)})
+
+
+@pytest.mark.parametrize("tie_output,norm", [(True, "post"), (False, "post"), (True, "pre"),
+                                            (False, "pre")])
+def test_loss_gradients_equal_those_of_the_plain_logits(tie_output, norm):
+    """The step's fused projection + loss gives the gradients of model logits + loss."""
+    cfg = dataclasses.replace(CFG, tie_output=tie_output, norm=norm)
+    model, batch, params = _noised_model(cfg)
+    (want_loss, want), want_g = jax.value_and_grad(
+        _plain_loss(model, batch), has_aux=True)(params)
+    (got_loss, got), got_g = jax.jit(jax.value_and_grad(
+        make_loss_fn(model, 0.1, 0), has_aux=True))(params, batch, None)
+    for key in ("loss", "nll", "tokens", "correct"):
+        assert float(got[key]) == pytest.approx(float(want[key]), rel=1e-5), key
+    scale = max(float(jnp.abs(g).max()) for g in jax.tree.leaves(want_g))
+    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got_g), jax.tree.leaves(want_g)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale, err_msg=str(path))
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+def test_bfloat16_loss_gradients_are_as_close_to_float32_as_the_plain_logits(tie_output):
+    """bf16 compute: the fused loss (float32 logits) errs no more than bf16 logits + loss."""
+    cfg = dataclasses.replace(CFG, tie_output=tie_output, norm="pre")
+    model, batch, params = _noised_model(cfg)
+    bf16 = Transformer(dataclasses.replace(cfg, dtype="bfloat16"))
+    exact = jax.grad(_plain_loss(model, batch), has_aux=True)(params)[0]
+    fused = jax.jit(jax.grad(make_loss_fn(bf16, 0.1, 0), has_aux=True))(params, batch, None)[0]
+    plain = jax.grad(_plain_loss(bf16, batch), has_aux=True)(params)[0]
+    scale = max(float(jnp.abs(g).max()) for g in jax.tree.leaves(exact))
+    err = lambda grads: max(float(jnp.abs(g.astype(jnp.float32) - e).max())
+                            for g, e in zip(jax.tree.leaves(grads), jax.tree.leaves(exact)))
+    assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(fused))
+    assert err(fused) <= 1.25 * err(plain), (err(fused), err(plain))
+    assert err(fused) < 0.05 * scale
+
+
+def _noised_model(cfg):
+    model, batch = Transformer(cfg), global_batch(3)
+    params = model.init(jax.random.PRNGKey(0), batch["inputs"], batch["targets"])["params"]
+    leaves, tree = jax.tree.flatten(params)  # noised: a zero bias would hide a lost one
+    keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
+    return model, batch, jax.tree.unflatten(tree, [p + 0.3 * jax.random.normal(k, p.shape)
+                                                   for p, k in zip(leaves, keys)])
+
+
+def _plain_loss(model, batch):
+    def loss(params):
+        logits = model.apply({"params": params}, batch["inputs"], batch["targets"])
+        out = smoothed_cross_entropy(logits, batch["targets"], batch["targets"] != 0, 0.1)
+        return out["loss"], out
+    return loss
