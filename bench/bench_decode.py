@@ -15,7 +15,10 @@ devices of the cores (``jax_num_cpu_devices``) and decodes every batch that N di
 data-parallel over them (``decode_batch_parallel``: one search per device, as
 CTranslate2's inter_threads runs one per worker); batch 1 stays on one. Times are the median of
 --repeats calls after a warm-up, with ``block_until_ready``; compilation is timed
-separately (AOT lower + compile). Last, the cache vs recompute ratio at 64 tokens.
+separately (AOT lower + compile). Then the batch 1 memory floor: the float32 weights
+every decode step reads (decoder layers + output matrix) over the best read bandwidth
+measured here, the most tokens/s a sentence can get. Last, the cache vs recompute ratio
+at 64 tokens.
 """
 from __future__ import annotations
 
@@ -173,6 +176,32 @@ def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int
     return row
 
 
+def read_bandwidth(total_mb: int = 256, repeats: int = 10) -> float:
+    """Best GB/s of a jitted max-reduction over a float32 array far larger than the
+    caches: about the fastest any program here reads memory (an upper bound for
+    decode steps, which read their weights with matrix products)."""
+    data = jnp.ones((total_mb * 2 ** 20 // 4,), jnp.float32)
+    compiled = jax.jit(jnp.max).lower(data).compile()
+    jax.block_until_ready(compiled(data))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(data))
+        best = min(best, time.perf_counter() - start)
+    return data.nbytes / 1e9 / best
+
+
+def step_weight_bytes(cfg: ModelConfig, params) -> int:
+    """float32 bytes every decode step reads whatever the batch: all decoder layers'
+    weights (the cross K/V projections excepted: they run once per source) and the
+    [D, V] output matrix. The encoder and embedding lookups are left out."""
+    leaves = jax.tree_util.tree_leaves_with_path(params["decoder"])
+    layer_bytes = sum(x.size * 4 for path, x in leaves
+                      if "layer_" in jax.tree_util.keystr(path)
+                      and "kv_kernel" not in jax.tree_util.keystr(path))
+    return layer_bytes + cfg.vocab_size * cfg.d_model * 4
+
+
 def _want_recompute(args: argparse.Namespace, name: str, batch: int, beam: int,
                     gen_len: int) -> bool:
     if args.recompute != "auto":
@@ -209,6 +238,37 @@ def print_table(rows: list[dict]) -> None:
               f"{r['compile_s']:.1f} | {ref_txt or '-'} | {target} |")
 
 
+def print_memory_floor(configs: list[str], rows: list[dict]) -> None:
+    """Batch 1 is bound by memory: every step reads all decoder weights (float32), which
+    do not stay in the caches (about 12-16 MB hold here). Prints that floor."""
+    bandwidth = read_bandwidth()
+    print(f"\nBatch 1 memory floor: every step reads the decoder's float32 weights; at "
+          f"the best read bandwidth measured here ({bandwidth:.1f} GB/s, a max over "
+          f"256 MB) a sentence gets at most one token per read of them (encoder, cache, "
+          f"top-k and compute not counted):\n")
+    print("| config | weights read per step | floor per step | at most tok/s | "
+          "measured (batch 1) | target at batch 1 beam 4: reads weights at |")
+    print("|---|---|---|---|---|---|")
+    for name in configs:
+        cfg = CONFIGS[name]
+        dummy = jnp.zeros((1, 4), jnp.int32)
+        shapes = jax.eval_shape(lambda: Transformer(cfg).init(jax.random.key(0), dummy,
+                                                              dummy))["params"]
+        step_bytes = step_weight_bytes(cfg, shapes)
+        floor_s = step_bytes / 1e9 / bandwidth
+        measured = "; ".join(f"beam {r['beam']}: {r['cached']:,.0f}" for r in rows
+                             if r["config"] == name and r["batch"] == 1) or "-"
+        flax = REFERENCE.get((name, 1, 4), {}).get("Flax WMT")
+        need = "-"
+        if flax is not None:
+            target = TARGET_VS_FLAX[4] * flax
+            need = (f"{target:,.0f} tok/s ({TARGET_VS_FLAX[4]}x Flax): "
+                    f"{step_bytes / 1e9 * target:.1f} GB/s, "
+                    f"{step_bytes * target / 1e9 / bandwidth:.0%} of the best")
+        print(f"| {name} | {step_bytes / 2 ** 20:.1f} MiB | {floor_s * 1e3:.2f} ms | "
+              f"{1 / floor_s:,.0f} | {measured} | {need} |")
+
+
 def main(args: argparse.Namespace) -> None:
     if args.devices > 1:  # before jax starts its CPU backend
         jax.config.update("jax_num_cpu_devices", args.devices)
@@ -235,6 +295,7 @@ def main(args: argparse.Namespace) -> None:
                 ratio_rows.append(measure(name, params, batch, 1, RATIO_LEN, repeats, True,
                                           args.chunk_size, args.dtype))
     print_table(rows)
+    print_memory_floor(configs, rows)
     print(f"\nCache vs recompute at {RATIO_LEN} generated tokens (greedy); target >= "
           f"{TARGET_CACHE_RATIO:.0f}x:\n")
     print("| config | batch | cached tok/s | recompute tok/s | ratio | same tokens | target |")
