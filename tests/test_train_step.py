@@ -139,8 +139,8 @@ def test_loss_gradients_equal_those_of_the_plain_logits(tie_output, norm):
     """The step's fused projection + loss gives the gradients of model logits + loss."""
     cfg = dataclasses.replace(CFG, tie_output=tie_output, norm=norm)
     model, batch, params = _noised_model(cfg)
-    (want_loss, want), want_g = jax.value_and_grad(
-        _plain_loss(model, batch), has_aux=True)(params)
+    (want_loss, want), want_g = jax.jit(jax.value_and_grad(
+        _plain_loss(model, batch), has_aux=True))(params)
     (got_loss, got), got_g = jax.jit(jax.value_and_grad(
         make_loss_fn(model, 0.1, 0), has_aux=True))(params, batch, None)
     for key in ("loss", "nll", "tokens", "correct"):
@@ -156,9 +156,9 @@ def test_bfloat16_loss_gradients_are_as_close_to_float32_as_the_plain_logits(tie
     cfg = dataclasses.replace(CFG, tie_output=tie_output, norm="pre")
     model, batch, params = _noised_model(cfg)
     bf16 = Transformer(dataclasses.replace(cfg, dtype="bfloat16"))
-    exact = jax.grad(_plain_loss(model, batch), has_aux=True)(params)[0]
+    exact = jax.jit(jax.grad(_plain_loss(model, batch), has_aux=True))(params)[0]
     fused = jax.jit(jax.grad(make_loss_fn(bf16, 0.1, 0), has_aux=True))(params, batch, None)[0]
-    plain = jax.grad(_plain_loss(bf16, batch), has_aux=True)(params)[0]
+    plain = jax.jit(jax.grad(_plain_loss(bf16, batch), has_aux=True))(params)[0]
     scale = max(float(jnp.abs(g).max()) for g in jax.tree.leaves(exact))
     err = lambda grads: max(float(jnp.abs(g.astype(jnp.float32) - e).max())
                             for g, e in zip(jax.tree.leaves(grads), jax.tree.leaves(exact)))
