@@ -6,8 +6,8 @@ candidates of the ``W * V`` extensions, so that ``W`` alive survive even if ``W`
 them end in EOS; EOS candidates move to the finished set scored
 ``log_prob_sum / length_penalty(length)`` (``length`` counts EOS) and are never extended.
 
-A row is done when its best finished score beats the best score any alive hypothesis
-can still reach, ``best_alive_log_prob / length_penalty(max_len)`` (log-probs only
+A row is done when its best (or, asked for n-best lists, its n-th best) finished score
+beats the best score any alive hypothesis can still reach, ``best_alive_log_prob / length_penalty(max_len)`` (log-probs only
 decrease and, for alpha >= 0, the penalty grows with length). Its outputs then freeze,
 so each row's result is what it would get decoded alone. See :mod:`jformer.decode` for
 the step function, the step/cache contract and the chunked early-exit loop.
@@ -66,7 +66,7 @@ def _top_extensions(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, j
 
 def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder, *,
                max_len: int, alpha: float, eos_id: int, pad_id: int,
-               min_len: int) -> _BeamCarry:
+               min_len: int, n_best: int = 1) -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values."""
     batch, w = c.prev_BW.shape
     logp_NV, new_state = call_step_fn(step_fn, c.prev_BW.reshape(batch * w), step,
@@ -113,7 +113,9 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
                      keep(c.fin_score_BW, fin_score_BW), c.done_B,
                      c.steps_B + (~c.done_B).astype(jnp.int32))
     best_alive_bound_B = out.alive_logp_BW[:, 0] / length_penalty(max_len, alpha)
-    return out._replace(done_B=c.done_B | (out.fin_score_BW[:, 0] > best_alive_bound_B))
+    # Done once the n_best-th finished hypothesis beats anything an alive one can reach.
+    return out._replace(done_B=c.done_B | (out.fin_score_BW[:, n_best - 1]
+                                           > best_alive_bound_B))
 
 
 def _final_beams(c: _BeamCarry, *, alpha: float, eos_id: int,
@@ -147,7 +149,7 @@ def _final_beams(c: _BeamCarry, *, alpha: float, eos_id: int,
 def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: int,
                 max_len: int, alpha: float, bos_id: int, eos_id: int, pad_id: int,
                 chunk_size: int = 8, min_len: int = 0,
-                reorder: Reorder | None = None) -> DecodeResult:
+                reorder: Reorder | None = None, n_best: int = 1) -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
@@ -156,6 +158,9 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         (row b*W + w is beam w of row b) and reordered each step along axis 0. With
         ``reorder``, instead, the state of all B*W hypotheses in the step function's
         own layout (leaves still lead with batch_size), used as given.
+      n_best: a row stops once its n_best best finished hypotheses can no longer be
+        beaten (1: once its best can't), so the first n_best results are finished
+        whenever max_len allows; the rest may be unfinished.
       reorder: ``reorder(state, parent_BW) -> state`` after each step, parent_BW int32
         [B, W] the beam each new hypothesis extends (e.g. a slot-addressed KV cache that
         only remaps a small table); None: :func:`gather_rows` of the tiled state.
@@ -179,6 +184,9 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         raise ValueError(f"beam_size must be an int >= 1; got {beam_size!r}")
     if not isinstance(alpha, (int, float)) or alpha < 0:
         raise ValueError(f"alpha must be a float >= 0; got {alpha!r}")
+    if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}]; "
+                         f"got {n_best!r}")
     b, w = batch_size, beam_size
     # Only beam 0 starts alive, so the W identical copies do not fill the beam.
     first_alive_W = jnp.where(jnp.arange(w) == 0, 0.0, -jnp.inf).astype(jnp.float32)
@@ -196,7 +204,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
 
     def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
         return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
-                          alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len)
+                          alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len,
+                          n_best=n_best)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

@@ -13,6 +13,7 @@ but results.
 from __future__ import annotations
 
 import argparse
+import io
 import itertools
 import logging
 import os
@@ -132,14 +133,27 @@ def _one_line(text: str) -> str:
 
 
 def _translate_stream(translator, lines: Iterable[str], out: TextIO, kwargs: dict,
-                      chunk_lines: int, quiet: bool) -> list[str]:
-    """Translates ``lines`` chunk by chunk, writing (and flushing) each chunk in order."""
+                      chunk_lines: int, quiet: bool, name: str) -> list[str]:
+    """Translates ``lines`` chunk by chunk, writing (and flushing) each chunk in order.
+
+    Chunk c samples with ``fold_in(rng, c)``: without it every chunk would restart the
+    per-batch keys and repeat the first chunk's samples. ``name`` (the input) and the
+    line number go into the error for an overlong line."""
+    import jax
     from tqdm import tqdm
+
+    from jformer.translate import OverlongError
 
     hyps = []
     with tqdm(unit="sent", file=sys.stderr, disable=quiet, desc="translating") as bar:
-        for chunk in _chunks(lines, chunk_lines):
-            for text in translator.translate(chunk, **kwargs):
+        for chunk_no, chunk in enumerate(_chunks(lines, chunk_lines)):
+            chunk_kwargs = dict(kwargs, rng=jax.random.fold_in(kwargs["rng"], chunk_no))
+            try:
+                texts = translator.translate(chunk, **chunk_kwargs)
+            except OverlongError as e:
+                line = chunk_no * chunk_lines + e.index + 1
+                raise ValueError(f"{name} line {line}: {e.detail}") from e
+            for text in texts:
                 out.write(_one_line(text) + "\n")
                 hyps.append(text)
             out.flush()
@@ -147,12 +161,24 @@ def _translate_stream(translator, lines: Iterable[str], out: TextIO, kwargs: dic
     return hyps
 
 
+def _std_stream(stream: TextIO, mode: str) -> TextIO:
+    """stdin / stdout as UTF-8 with lines split at "\\n" only, as files are read here
+    (the locale's encoding and universal newlines would disagree with them)."""
+    if not hasattr(stream, "buffer"):  # already a plain text stream (e.g. in tests)
+        return stream
+    return io.TextIOWrapper(stream.buffer, encoding="utf-8", newline="\n",
+                            write_through=mode == "w")
+
+
 def _open_in(path: str) -> TextIO:
-    return sys.stdin if path == "-" else open(path, encoding="utf-8")
+    # newline="\n": a stray "\r" inside a line stays in it (universal newlines would
+    # split there and shift every later output line against the input).
+    return (_std_stream(sys.stdin, "r") if path == "-"
+            else open(path, encoding="utf-8", newline="\n"))
 
 
 def _open_out(path: str) -> TextIO:
-    return sys.stdout if path == "-" else open(path, "w", encoding="utf-8")
+    return _std_stream(sys.stdout, "w") if path == "-" else open(path, "w", encoding="utf-8")
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -162,15 +188,25 @@ def cmd_translate(args: argparse.Namespace) -> None:
     src, out = _open_in(args.input), _open_out(args.output)
     try:
         _translate_stream(translator, src, out, _search_kwargs(args), args.chunk_lines,
-                          args.quiet)
+                          args.quiet, "stdin" if args.input == "-" else args.input)
     finally:
-        for f in (src, out):
-            if f not in (sys.stdin, sys.stdout):
-                f.close()
+        for f, std in ((src, sys.stdin), (out, sys.stdout)):
+            _release(f, std)
+
+
+def _release(f: TextIO, std: TextIO) -> None:
+    """Closes a file; a wrapper of stdin/stdout is detached instead (closing, or
+    garbage-collecting, it would close the process's own stream)."""
+    if f is std:
+        return
+    if getattr(f, "buffer", None) is not None and f.buffer is getattr(std, "buffer", None):
+        f.detach()  # flushes first
+    else:
+        f.close()
 
 
 def _read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="\n") as f:
         return [line.rstrip("\r\n") for line in f]
 
 
@@ -181,11 +217,13 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if len(sources) != len(refs):
         raise ValueError(f"--src {args.src} has {len(sources)} lines but --ref {args.ref} "
                          f"has {len(refs)}")
+    if not sources:
+        raise ValueError(f"--src {args.src} and --ref {args.ref} are empty: nothing to score")
     translator = _translator(args)
     hyp_file = open(args.hyp_out, "w", encoding="utf-8") if args.hyp_out else open(os.devnull, "w")
     with hyp_file:
         hyps = _translate_stream(translator, sources, hyp_file, _search_kwargs(args),
-                                 DEFAULT_CHUNK_LINES, args.quiet)
+                                 DEFAULT_CHUNK_LINES, args.quiet, args.src)
     for metric in (BLEU(lowercase=args.lowercase), CHRF(lowercase=args.lowercase)):
         score = metric.corpus_score(hyps, [refs])
         print(score)

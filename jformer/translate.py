@@ -6,9 +6,10 @@
 
 Few compiled shapes: sources are sorted by length and grouped into the length buckets of
 ``DecodeConfig.length_buckets`` (padded source length = the smallest bucket >= the length,
-EOS included); every batch has exactly ``batch_size`` rows (dummy rows, forced to emit
-EOS at step 0, fill the last batch of a bucket); the max output length depends on the
-bucket only (:func:`output_len`). One jitted program per (bucket, batch size, search)
+EOS included); a batch of n sentences has the smallest power-of-two number of rows
+(times the device count) that holds them, up to ``batch_size`` (:func:`padded_rows`;
+dummy rows, forced to emit EOS at step 0, fill it); the max output length depends on
+the bucket only (:func:`output_len`). One jitted program per (bucket, rows, search)
 runs the encoder once, projects the cross-attention keys/values once and runs the
 search of :mod:`jformer.decode` over the cached decoder step. Beam search keeps the
 self-attention cache slot-addressed (:mod:`jformer.kv_cache`: choosing parents remaps a
@@ -62,17 +63,29 @@ def load_config(workdir: str | os.PathLike) -> Config:
     return from_config_dict(raw)
 
 
+class OverlongError(ValueError):
+    """A source longer than model.max_len, with decode.overlong="error"."""
+
+    def __init__(self, message: str, index: int, detail: str):
+        super().__init__(message)
+        self.index = index  # position of the sentence in the call's list
+        self.detail = detail  # the message without the position
+
+
 class Hypothesis(NamedTuple):
     """One translation, its score and its token ids.
 
     score: beam search: log-prob sum / length penalty; greedy and sampling: log-prob
       sum (length-penalised too when greedy stands in for beam size 1).
     ids: int32 [length] output ids, EOS included when the hypothesis finished.
+    finished: it ended with EOS (False: cut off at max_len; beam search returns such
+      hypotheses only when fewer than the asked number finished within max_len).
     """
 
     text: str
     score: float
     ids: np.ndarray
+    finished: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +100,7 @@ class SearchSpec:
     temperature: float = 1.0
     top_k: int = 0
     chunk_size: int = 8
+    n_best: int = 1  # beam: stop a row once this many finished ones can't be beaten
 
 
 def trace_count() -> int:
@@ -197,7 +211,7 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
                   chunk_size=spec.chunk_size, min_len=spec.min_len, **ids)
     if beam:
         return beam_search(step_fn, state, beam_size=spec.beam_size, alpha=spec.alpha,
-                           reorder=reorder_beam_state, **common)
+                           reorder=reorder_beam_state, n_best=spec.n_best, **common)
     if spec.method == "sample":
         out = decode.sample(step_fn, state, rng, temperature=spec.temperature,
                             top_k=spec.top_k, **common)
@@ -338,10 +352,11 @@ class Translator:
         out: list[np.ndarray | None] = [None] * len(sentences)
         for i, ids in zip(nonempty, encoded):
             if len(ids) > limit:
-                msg = (f"sentence {i} has {len(ids)} tokens (EOS included), more than "
-                       f"model.max_len={limit}")
+                detail = (f"{len(ids)} tokens (EOS included), more than "
+                          f"model.max_len={limit}")
+                msg = f"sentence {i} has {detail}"
                 if self.decode_cfg.overlong == "error":
-                    raise ValueError(msg)
+                    raise OverlongError(msg, i, detail)
                 warnings.warn(f"{msg}; truncated to {limit}", stacklevel=3)
                 ids = np.append(ids[:limit - 1], np.int32(eos))
             out[i] = ids
@@ -359,11 +374,11 @@ class Translator:
                 for start in range(0, len(idx), batch_size)]
 
     def _spec(self, method: str, beam_size: int, alpha: float, max_len: int,
-              temperature: float, top_k: int) -> SearchSpec:
+              temperature: float, top_k: int, n_best: int) -> SearchSpec:
         """Normalised spec: fields a method ignores keep defaults (fewer compiles)."""
         if method == "beam" and beam_size > 1:
             return SearchSpec("beam", beam_size, float(alpha), max_len,
-                              chunk_size=self.chunk_size)
+                              chunk_size=self.chunk_size, n_best=n_best)
         if method == "sample":
             return SearchSpec("sample", 1, 0.0, max_len, temperature=float(temperature),
                               top_k=top_k, chunk_size=self.chunk_size)
@@ -384,14 +399,18 @@ class Translator:
             alive/finished beam formulation would keep a hypothesis alive after the best
             token was EOS and could return a longer, better-penalised one.
           max_len: max output tokens (default: the bucket's a * len + b rule).
-          n_best: hypotheses per sentence (beam search: <= beam_size; else 1).
+          n_best: hypotheses per sentence (beam search: <= beam_size; else 1). Beam
+            search keeps a sentence going until its n_best best finished hypotheses
+            can't be beaten, so all n_best are finished unless max_len cuts them off
+            (``Hypothesis.finished`` says which).
           return_scores: return :class:`Hypothesis` (text, score, ids) instead of str.
           method: "beam" | "greedy" | "sample".
           temperature, top_k: sampling settings (default: decode_cfg).
           rng: PRNG key for sampling (default: key 0); batch i uses fold_in(rng, i)
             (and, with ``devices`` > 1, each device folds in its index: samples depend
             on the device count).
-          batch_size: rows per compiled batch (default: decode_cfg.batch_size).
+          batch_size: the most rows per compiled batch (default: decode_cfg.batch_size);
+            a batch with fewer sentences runs on fewer rows (:func:`padded_rows`).
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
           (an empty input gives a one-element list).
@@ -413,8 +432,10 @@ class Translator:
         for batch_no, (bucket, idx) in enumerate(self._plan(sources, batch_size)):
             out_len = (output_len(bucket, self.model_cfg, cfg, self.chunk_size)
                        if max_len is None else min(max_len, self.model_cfg.max_len))
-            spec = self._spec(method, beam_size, alpha, out_len, temperature, top_k)
-            hyps = self._decode([sources[i] for i in idx], bucket, batch_size, spec,
+            spec = self._spec(method, beam_size, alpha, out_len, temperature, top_k, n_best)
+            rows = padded_rows(len(idx), batch_size,
+                               1 if self.mesh is None else self.mesh.size)
+            hyps = self._decode([sources[i] for i in idx], bucket, rows, spec,
                                 jax.random.fold_in(rng, batch_no),
                                 alpha if method == "beam" else 0.0, n_best)
             for i, h in zip(idx, hyps):
@@ -442,14 +463,15 @@ class Translator:
         tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
         scores_NW = np.asarray(out.scores)[:n, :n_best].astype(np.float64)
         lengths_NW = np.asarray(out.lengths)[:n, :n_best]
+        finished_NW = np.asarray(out.finished)[:n, :n_best]
         if spec.method == "greedy" and alpha > 0:  # standing in for beam 1: penalise
             scores_NW = scores_NW / ((5.0 + lengths_NW) / 6.0) ** alpha
         # [N, W, T] -> [N*W, T] for one batched decode call
         texts = self.tokenizer.decode(tokens_NWT.reshape(-1, tokens_NWT.shape[-1]))
         w = tokens_NWT.shape[1]
         return [[Hypothesis(texts[r * w + j], float(scores_NW[r, j]),
-                            tokens_NWT[r, j, :lengths_NW[r, j]]) for j in range(w)]
-                for r in range(n)]
+                            tokens_NWT[r, j, :lengths_NW[r, j]], bool(finished_NW[r, j]))
+                 for j in range(w)] for r in range(n)]
 
     def step_fn(self, inputs_BS: Array, max_len: int) -> tuple[decode.StepFn, PyTree]:
         """(step_fn, state) over the cache for source ids [B, S], as the searches use it."""
@@ -457,6 +479,18 @@ class Translator:
         init = jax.jit(lambda p, x: encode_and_init(model, p, x, max_len))
         cache = init(self.params, jnp.asarray(inputs_BS))
         return make_step_fn(model, self.params, cache, output_DV=self.output_DV)
+
+
+def padded_rows(rows: int, batch_size: int, devices: int = 1) -> int:
+    """Rows a batch of ``rows`` sentences is padded to: the smallest ``devices * 2**k``
+    that holds them, at most ``batch_size`` (a multiple of ``devices``). A short batch
+    (one sentence typed at the CLI, a bucket's last batch) then decodes a few rows, not
+    batch_size of them, while the compiled shapes stay bounded: at most
+    log2(batch_size / devices) + 1 sizes per bucket."""
+    padded = devices
+    while padded < rows:
+        padded *= 2
+    return min(padded, batch_size)
 
 
 def _check_args(method: str, beam_size: int, alpha: float, n_best: int, batch_size: int,

@@ -43,12 +43,19 @@ def test_attention_under_jit_equals_eager():
 
 
 def test_attention_dropout_needs_rng_and_rescales():
-    q = k = v = jnp.ones((1, 2, 1, 4))
+    # Uniform weights 1/64 over 64 keys, values 1: without dropout every output is 1;
+    # with rate 0.5 it is 2/64 per kept weight, 1 on average.
+    q, k, v = jnp.zeros((8, 16, 1, 4)), jnp.zeros((8, 64, 1, 4)), jnp.ones((8, 64, 1, 4))
     with pytest.raises(ValueError, match="dropout_rng"):
         dot_product_attention(q, k, v, dropout_rate=0.5, deterministic=False)
-    out = dot_product_attention(q, k, v, dropout_rate=0.5, deterministic=False,
-                                dropout_rng=jax.random.PRNGKey(0))
-    assert set(np.unique(np.asarray(out)).tolist()) <= {0.0, 1.0, 2.0}
+    out = np.asarray(dot_product_attention(q, k, v, dropout_rate=0.5, deterministic=False,
+                                           dropout_rng=jax.random.PRNGKey(0)))
+    kept = out * 32  # kept weights per output (2/64 each)
+    np.testing.assert_allclose(kept, np.round(kept), atol=1e-4)
+    assert np.unique(np.round(kept)).size > 5  # masks differ between queries
+    assert abs(out.mean() - 1.0) < 0.05  # rescaled by 1 / (1 - rate)
+    np.testing.assert_allclose(dot_product_attention(q, k, v, dropout_rate=0.5,
+                                                     deterministic=True), 1.0, rtol=1e-6)
 
 
 def test_attention_rejects_bad_shapes():

@@ -182,6 +182,54 @@ def test_unreadable_input_files_print_one_line_and_exit_1(workdir, tmp_path, cap
         f"jformer evaluate: error: No such file or directory: {missing}"]
 
 
+def test_sampling_draws_new_keys_in_every_chunk(workdir, capsys, monkeypatch):
+    """Chunks must not restart the per-batch keys: the same line sampled in 8 chunks of
+    one line each gives different samples (the first chunk's would repeat otherwise)."""
+    text = "The number is three.\n" * 8
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--method", "sample",
+                                "--chunk-lines", 1, "--quiet", "--seed", 3], capsys, text,
+                               monkeypatch)
+    assert status == 0, err
+    samples = out.split("\n")[:-1]
+    assert len(samples) == 8 and len(set(samples)) > 1
+    status, again, _ = run_cli(["translate", "--workdir", workdir, "--method", "sample",
+                                "--chunk-lines", 1, "--quiet", "--seed", 3], capsys, text,
+                               monkeypatch)
+    assert again == out  # still reproducible from the seed
+
+
+def test_a_stray_carriage_return_does_not_split_a_line(workdir, tmp_path, capsys):
+    src = tmp_path / "cr.en"
+    src.write_bytes(b"Five.\rIt is late.\nHello\r\n")  # a lone CR, then a CRLF ending
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--input", src,
+                                "--quiet"], capsys)
+    assert status == 0, err
+    assert out.count("\n") == 2  # one output line per input line, as `wc -l` counts
+
+
+def test_evaluate_on_empty_files_is_a_clear_error(workdir, tmp_path, capsys):
+    (tmp_path / "empty.en").write_text("")
+    (tmp_path / "empty.de").write_text("")
+    status, _, err = run_cli(["evaluate", "--workdir", workdir, "--src",
+                              tmp_path / "empty.en", "--ref", tmp_path / "empty.de"], capsys)
+    assert status == 1 and "Traceback" not in err
+    assert "are empty: nothing to score" in err
+
+
+def test_an_overlong_line_is_reported_with_its_line_number(workdir):
+    import dataclasses
+    from jformer import cli
+
+    strict = Translator.from_checkpoint(workdir)
+    strict.decode_cfg = dataclasses.replace(strict.decode_cfg, overlong="error")
+    lines = ["Five."] * 4 + [" ".join(["three hundred and forty-five"] * 12)]
+    kwargs = cli._search_kwargs(cli.build_parser().parse_args(
+        ["translate", "--workdir", workdir, "--beam", "1"]))
+    with pytest.raises(ValueError, match=r"^in\.en line 5: \d+ tokens \(EOS included\), "
+                                         r"more than model\.max_len=40$"):
+        cli._translate_stream(strict, lines, io.StringIO(), kwargs, 2, True, "in.en")
+
+
 def test_python_m_jformer_help_lists_the_subcommands():
     result = subprocess.run([sys.executable, "-m", "jformer", "--help"], capture_output=True,
                             text=True, timeout=60,

@@ -293,6 +293,33 @@ def test_finished_hypotheses_are_never_extended(alpha):
             assert np.all(np.diff(s) <= 0)
 
 
+def test_n_best_keeps_rows_going_until_that_many_finished():
+    """With n_best=W a row stops only once W finished hypotheses can't be beaten, so all
+    W come back finished; n_best=1 may stop with alive (unfinished) ones in the list."""
+    max_len = 16
+    table = random_table(11, steps=max_len)
+    table[:, :2, :, 0] += 5.0  # the best hypothesis: token 0 twice, then EOS at step 2
+    table[:, :, :, EOS] = -30.0
+    table[:, 2, 0, EOS] = 10.0
+    table[:, 6:, :, EOS] = 6.0  # every other hypothesis ends from step 6 on
+    one = run_beam(table, max_len, alpha=0.6)
+    all_w = run_beam(table, max_len, alpha=0.6, n_best=W)
+    assert not np.all(np.asarray(one.finished))  # early stop left unfinished slots
+    assert np.all(np.asarray(all_w.finished))
+    assert int(all_w.num_steps) > int(one.num_steps)
+    # The best hypothesis is the same; the n-best scores are sorted and exact.
+    np.testing.assert_array_equal(all_w.tokens[:, 0], one.tokens[:, 0])
+    tokens = np.asarray(all_w.tokens)
+    for r, w in itertools.product(range(B), range(W)):
+        n = int(all_w.lengths[r, w])
+        assert tokens[r, w, n - 1] == EOS
+        expected = seq_logp(table[r], tokens[r, w, :n]) / ((5 + n) / 6) ** 0.6
+        np.testing.assert_allclose(all_w.scores[r, w], expected, rtol=1e-5)
+    assert np.all(np.diff(np.asarray(all_w.scores), axis=1) <= 0)
+    with pytest.raises(ValueError, match=r"n_best must be an int in \[1, beam_size=4\]; got 5"):
+        run_beam(table, max_len, alpha=0.6, n_best=W + 1)
+
+
 def test_alive_hypotheses_are_returned_flagged_when_none_finish():
     max_len = 5
     table = random_table(6, steps=max_len)

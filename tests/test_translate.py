@@ -210,12 +210,30 @@ def test_compilations_stay_bounded_over_mixed_lengths(translator):
             buckets |= {translate.bucket_for(n, translator.buckets) for n in lengths}
             assert len(translator.translate(sentences, method="greedy")) == len(sentences)
     assert len(buckets) >= 3
-    assert translate.trace_count() - before <= len(buckets)
+    # One program per (bucket, padded rows): rows are 1, 2 or 4 (batch_size 4).
+    assert translate.trace_count() - before <= len(buckets) * 3
+
+
+def test_short_batches_run_on_fewer_rows(translator, monkeypatch):
+    assert [translate.padded_rows(n, 8) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+    assert [translate.padded_rows(n, 8, devices=2) for n in (1, 3, 5)] == [2, 4, 8]
+    assert translate.padded_rows(5, 6, devices=3) == 6  # capped at batch_size
+    shapes, decode_batch = [], translate.decode_batch
+
+    def recording(params, output_DV, inputs_BS, *args, **kwargs):
+        shapes.append(inputs_BS.shape)
+        return decode_batch(params, output_DV, inputs_BS, *args, **kwargs)
+
+    monkeypatch.setattr(translate, "decode_batch", recording)
+    one = translator.translate(["It is late."], method="greedy")
+    assert shapes == [(1, 16)]  # one row, not batch_size of them
+    # the same result as inside a full batch
+    assert translator.translate(["It is late."] + SHORT[:3], method="greedy")[0] == one[0]
 
 
 def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator):
     cfg = translator.model_cfg
-    spec = translator._spec("greedy", 1, 0.0, 24, 1.0, 0)  # the 16-token bucket's program
+    spec = translator._spec("greedy", 1, 0.0, 24, 1.0, 0, 1)  # the 16-token bucket's
     inputs_BS = np.full((DECODE.batch_size, 16), cfg.pad_id, np.int32)
     inputs_BS[:, 0] = cfg.eos_id
     out = translate.decode_batch(translator.params, translator.output_DV, inputs_BS,
@@ -253,9 +271,15 @@ def test_n_best_returns_sorted_hypotheses(translator):
     best = translator.translate(SHORT[:2], beam_size=3)
     for hyps, one in zip(n_best, best):
         assert len(hyps) == 3 and all(isinstance(h, Hypothesis) for h in hyps)
+        # The search runs until all three finished, or max_len (24 in this bucket) cut
+        # it off; a finished hypothesis ends with EOS.
+        for h in hyps:
+            assert h.finished == (h.ids[-1] == translator.model_cfg.eos_id)
+            assert h.finished or len(h.ids) == 24
         scores = [h.score for h in hyps]
         assert scores == sorted(scores, reverse=True)
         assert hyps[0].text == one
+    assert all(h.finished for h in n_best[1])  # this one ends well within max_len
     assert [len(h) for h in translator.translate(SHORT[:2], beam_size=3, n_best=2)] == [2, 2]
     with pytest.raises(ValueError, match="n_best must be <= 3"):
         translator.translate(SHORT[:1], beam_size=3, n_best=4)
