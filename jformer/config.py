@@ -184,6 +184,12 @@ class TrainConfig:
                self.learning_rate_scale)
         _check(0 <= self.process_id < self.num_processes, f"{s}.process_id",
                f"in [0, num_processes={self.num_processes})", self.process_id)
+        if not self.coordinator_address:  # else every host would run as process 0 alone
+            _check(self.num_processes == 1 and self.process_id == 0,
+                   f"{s}.coordinator_address",
+                   f"host:port of process 0 when train.num_processes={self.num_processes} "
+                   f"and train.process_id={self.process_id} ask for a multi-process run",
+                   self.coordinator_address)
 
 
 @dataclasses.dataclass(frozen=True)

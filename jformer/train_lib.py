@@ -20,6 +20,7 @@ import numpy as np
 
 from jformer import config as config_lib
 from jformer.checkpoint import Checkpointer, checkpoint_dir
+from jformer.data.batching import bucket_boundaries
 from jformer.data.pipeline import DataSplit, build_pipeline
 from jformer.model import Transformer
 from jformer.progress import Progress, append_metrics
@@ -35,8 +36,15 @@ class NonFiniteLossError(FloatingPointError):
     """Training produced a non-finite loss or gradient; the state was not updated."""
 
 
-def maybe_initialize_distributed(cfg: config_lib.TrainConfig) -> None:
-    """Joins a multi-process run when ``train.coordinator_address`` is set."""
+def maybe_initialize_distributed(cfg: config_lib.TrainConfig | Mapping[str, Any]) -> None:
+    """Joins a multi-process run when ``train.coordinator_address`` is set.
+
+    cfg: the train section, validated here if raw (a ConfigDict or dict), so that
+    train.num_processes > 1 without an address is a ConfigError, not a silent single run.
+    """
+    if not isinstance(cfg, config_lib.TrainConfig):
+        raw = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        cfg = config_lib.from_config_dict({"train": raw}).train
     if not cfg.coordinator_address:
         return
     # Cross-process collectives on CPU devices (tests, CPU clusters) go through gloo;
@@ -46,13 +54,39 @@ def maybe_initialize_distributed(cfg: config_lib.TrainConfig) -> None:
                                process_id=cfg.process_id)
 
 
+def check_lengths_fit_model(cfg: config_lib.Config) -> None:
+    """The widest padded batch fits ``model.max_len`` (positions past it embed as NaN).
+
+    Bucketed batches (training, and evaluation always) pad both sides to the largest
+    bucket, max(data.max_source_len, data.max_target_len) rounded up to the bucket step;
+    packed rows number positions per pair, which stay below that same bound.
+    """
+    d, max_len = cfg.data, cfg.model.max_len
+    width = bucket_boundaries(max(d.max_source_len, d.max_target_len))[-1]
+    if width > max_len:
+        raise config_lib.ConfigError(
+            f"config fields 'data.max_source_len' ({d.max_source_len}) and "
+            f"'data.max_target_len' ({d.max_target_len}): expected a padded width <= "
+            f"'model.max_len' ({max_len}); got bucket width {width} (the longer one rounded "
+            f"up to the bucket step). Positions past model.max_len would give NaN: raise "
+            f"model.max_len to >= {width} or lower the data lengths")
+
+
+def validate_config(raw: Mapping[str, Any], **model_overrides: Any) -> config_lib.Config:
+    """:func:`config_lib.from_config_dict` (model dtype = train.compute_dtype) plus the
+    cross-section checks a training run needs; ConfigError names the fields."""
+    train = dict(raw.get("train", {}))
+    cfg = config_lib.from_config_dict(
+        raw, dtype=train.get("compute_dtype", "float32"), **model_overrides)
+    check_lengths_fit_model(cfg)
+    return cfg
+
+
 def resolve_config(raw: Mapping[str, Any], data: DataSplit) -> config_lib.Config:
     """The validated config with vocabulary, special ids and compute dtype filled in."""
     tok = data.tokenizer
-    train = dict(raw["train"])
-    return config_lib.from_config_dict(
-        raw, vocab_size=tok.vocab_size, pad_id=tok.pad_id, bos_id=tok.bos_id,
-        eos_id=tok.eos_id, dtype=train.get("compute_dtype", "float32"))
+    return validate_config(raw, vocab_size=tok.vocab_size, pad_id=tok.pad_id,
+                           bos_id=tok.bos_id, eos_id=tok.eos_id)
 
 
 def write_run_config(workdir: str, cfg: config_lib.Config) -> None:
@@ -90,10 +124,12 @@ class Job:
 def build_job(raw: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]:
     """Data, model, optimiser and compiled steps; the initial (unplaced) train state."""
     raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
-    data_cfg = config_lib.from_config_dict({"data": raw.get("data", {})}).data
+    early = validate_config(raw)  # config errors before any data work (ids set below)
+    data_cfg = early.data
     shard = dict(num_devices=jax.device_count(), shard_index=jax.process_index(),
                  num_shards=jax.process_count())
-    train_data = build_pipeline(data_cfg, workdir, "train", **shard)
+    train_data = build_pipeline(data_cfg, workdir, "train",
+                                accum_steps=early.train.accum_steps, **shard)
     eval_data = build_pipeline(data_cfg, workdir, "eval", tokenizer=train_data.tokenizer, **shard)
     cfg = resolve_config(raw, train_data)
     model = Transformer(cfg.model)
@@ -159,11 +195,13 @@ def train(raw_config: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]
     os.makedirs(workdir, exist_ok=True)
     job, state = build_job(raw_config, workdir)
     job.start_time = start
-    write_run_config(workdir, job.cfg)
     tcfg = job.cfg.train
     with Checkpointer(checkpoint_dir(workdir), keep=tcfg.keep_checkpoints,
                       save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints) as ckpt:
         state = job.dp.put_state(restore_or_init(job, ckpt, state))
+        # Only now: a rerun whose config cannot restore the checkpoints must not replace
+        # the config.json that `jformer translate` needs to load them.
+        write_run_config(workdir, job.cfg)
         state = run_loop(job, state, ckpt)
     return job, job.dp.get_state(state)
 

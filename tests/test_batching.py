@@ -74,6 +74,9 @@ def test_bucket_boundaries_and_rows():
             assert rows % devices == 0 and rows >= devices
             assert rows * width <= 1000 or rows == devices
     assert batching.rows_for(128, 1000, 8) == 8  # budget too small: still one row a device
+    assert batching.rows_for(8, 25000, 1, accum_steps=2) == 3124  # 3125 is not even
+    assert batching.rows_for(64, 2048, 1, accum_steps=3) == 30  # 32 rows: not 3 micro-batches
+    assert batching.rows_for(128, 1000, 8, accum_steps=3) == 24  # at least devices * accum
 
 
 def test_filter_by_length_drop_and_truncate():
@@ -107,6 +110,35 @@ def test_options_validation():
     with pytest.raises(ValueError, match="empty corpus"):
         batching.BatchIterator(src.take(np.array([], int)), tgt.take(np.array([], int)),
                                _options())
+
+
+# ----------------------------------------------------------------------------- accumulation
+@pytest.mark.parametrize("pack", [False, True])
+def test_accum_steps_rows_split_into_equal_micro_batches_per_device(pack):
+    src, tgt = _corpus(400, max_len=40)
+    opts = _options(num_devices=2, accum_steps=3, max_tokens=1000, pack=pack, pack_len=48)
+    it = batching.BatchIterator(src, tgt, opts)
+    rows = [b["inputs"].shape[0] for b in it.epoch_batches(0)]
+    assert rows and all(r % (2 * 3) == 0 for r in rows), sorted(set(rows))
+    assert all(r % 6 == 0 for r, _ in it.batch_shapes())
+    # without the accumulation multiple, some of these shapes would not split in 3 per device
+    plain = batching.BatchIterator(src, tgt, dataclasses.replace(opts, accum_steps=1))
+    assert any(r % 6 for r, _ in plain.batch_shapes())
+
+
+def test_accum_steps_shapes_the_resume_fingerprint():
+    src, tgt = _corpus(100)
+    opts = _options(num_devices=2)
+    # accum_steps=1 keeps the key (and positions saved before the field existed) unchanged
+    assert "accum_steps" not in opts.plan_key()
+    three = dataclasses.replace(opts, accum_steps=3)
+    assert three.plan_key() != opts.plan_key()
+    state = batching.BatchIterator(src, tgt, three).get_state()
+    with pytest.raises(ValueError, match="another corpus or batching options"):
+        batching.BatchIterator(src, tgt, opts).set_state(state)
+    batching.BatchIterator(src, tgt, three).set_state(state)
+    with pytest.raises(ValueError, match="accum_steps must be a positive int; got 0"):
+        dataclasses.replace(opts, accum_steps=0)
 
 
 # ----------------------------------------------------------------------------- bucketing

@@ -82,3 +82,16 @@ def test_overlong_and_pack_len_checks(train, tmp_path):
                                 str(tmp_path), "train", tokenizer=train.tokenizer)
     with pytest.raises(ValueError, match="split must be one of"):
         pipeline.build_pipeline(CFG, str(tmp_path), "dev", tokenizer=train.tokenizer)
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_accum_steps_reach_the_batch_plan(train, tmp_path, pack):
+    cfg = dataclasses.replace(CFG, pack=pack, pack_len=64)
+    split = pipeline.build_pipeline(cfg, str(tmp_path), "train", num_devices=2, accum_steps=3,
+                                    tokenizer=train.tokenizer)
+    assert split.batches.options.accum_steps == 3
+    rows = {b["inputs"].shape[0] for b in split.batches.epoch_batches(0)}
+    assert rows and all(r % (2 * 3) == 0 for r in rows), rows
+    ev = pipeline.build_pipeline(cfg, str(tmp_path), "eval", num_devices=2,
+                                 tokenizer=train.tokenizer)
+    assert ev.batches.options.accum_steps == 1  # evaluation steps do not accumulate

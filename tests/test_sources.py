@@ -2,6 +2,7 @@
 import dataclasses
 import gzip
 import logging
+import re
 
 import pytest
 
@@ -111,6 +112,28 @@ def test_pattern_validation(tmp_path):
         sources.load_split(DataConfig(source="text"), "train")
     with pytest.raises(ValueError, match=r"must contain \{split\} and \{lang\}"):
         sources.load_split(DataConfig(source="text", text_pattern="x/{split}.txt"), "train")
+
+
+@pytest.mark.parametrize("pattern, text_format, placeholder, allowed", [
+    ("x/{split}.{lng}.{lang}", "text", "{lng}", "{split}, {lang}"),
+    ("x/{split}.{lang}.{}", "text", "{}", "{split}, {lang}"),
+    ("x/{split}.{lang}.tsv", "tsv", "{lang}", "{split}"),
+    ("x/{split}.{src}.tsv", "tsv", "{src}", "{split}"),
+])
+def test_unknown_placeholder_names_the_field_and_the_allowed_ones(pattern, text_format,
+                                                                   placeholder, allowed):
+    cfg = DataConfig(source="text", text_pattern=pattern, text_format=text_format)
+    expected = (f"data.text_pattern '{pattern}' has an unknown placeholder {placeholder}; "
+                f"allowed with data.text_format='{text_format}': {allowed}")
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        sources.load_split(cfg, "train")
+
+
+def test_unmatched_brace_in_pattern_names_the_field():
+    cfg = DataConfig(source="text", text_pattern="x/{split}.{lang")
+    with pytest.raises(ValueError, match=r"data.text_pattern 'x/\{split\}.\{lang' is not a "
+                                         r"valid pattern"):
+        sources.text_paths(cfg, "train")
 
 
 def test_demo_source():

@@ -8,13 +8,25 @@ import jax
 import numpy as np
 import pytest
 
+from configs import base, big, demo, multi30k, small
 from jformer import train_lib
 from jformer.checkpoint import Checkpointer, checkpoint_dir, restore_params
+from jformer.config import ConfigError
 from train_helpers import tiny_config
 
 
 def leaves(tree):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(tree))]
+
+
+def assert_trees_equal(a, b):
+    """Same tree structure (no leaf missing or extra) and bit-identical leaves."""
+    a, b = jax.device_get(a), jax.device_get(b)
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    la, lb = leaves(a), leaves(b)
+    assert len(la) == len(lb) > 0
+    for x, y in zip(la, lb):
+        np.testing.assert_array_equal(x, y)
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +51,11 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, shared_vocab):
     _, state_60 = train_lib.train(tiny_config(num_steps=60, checkpoint_every=20), split)
     assert int(state_60.step) == 60
     _, state_resumed = train_lib.train(tiny_config(num_steps=100, checkpoint_every=20), split)
-    assert int(state_resumed.step) == 100
-    for a, b in zip(leaves(state_full.params), leaves(state_resumed.params)):
-        np.testing.assert_array_equal(a, b)
-    for a, b in zip(leaves(state_full.opt_state), leaves(state_resumed.opt_state)):
-        np.testing.assert_array_equal(a, b)
+    assert int(state_resumed.step) == int(state_full.step) == 100
+    np.testing.assert_array_equal(np.asarray(state_resumed.rng), np.asarray(state_full.rng))
+    assert_trees_equal(state_full.params, state_resumed.params)
+    assert_trees_equal(state_full.opt_state, state_resumed.opt_state)
+    assert_trees_equal(state_full, state_resumed)  # step, params, opt_state and rng
     # the run config is written for inference, with ids from the tokenizer
     cfg = json.load(open(os.path.join(split, "config.json")))
     assert cfg["model"]["vocab_size"] == 400 and cfg["model"]["pad_id"] == 0
@@ -57,8 +69,7 @@ def test_nonfinite_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, s
         train_lib.train(tiny_config(num_steps=30, learning_rate_scale=1e38), w)
     with Checkpointer(checkpoint_dir(w), keep=3, save_every=10) as ckpt:
         assert ckpt.all_steps() == [10]
-    for a, b in zip(leaves(good), leaves(restore_params(checkpoint_dir(w)))):
-        np.testing.assert_array_equal(a, b)
+    assert_trees_equal(good, restore_params(checkpoint_dir(w)))
 
 
 def test_pmap_job_matches_shard_map_job(tmp_path, shared_vocab):
@@ -99,3 +110,58 @@ def test_train_and_evaluate_logs_periodic_and_final_figures(tmp_path, shared_voc
         ("train", 5), ("eval", 5), ("train", 10), ("final", 10)]
     times = [r["time_s"] for r in rows]
     assert times == sorted(times) and rows[-1]["bleu"] == pytest.approx(final["bleu"])
+
+
+def test_failed_resume_keeps_the_run_config_of_the_checkpoints(tmp_path, shared_vocab):
+    w = workdir_with_vocab(tmp_path, "keep", shared_vocab)
+    train_lib.train(tiny_config(num_steps=10), w)
+    path = os.path.join(w, train_lib.CONFIG_FILENAME)
+    with open(path) as f:
+        before = f.read()
+    other = tiny_config(num_steps=20)
+    other.model.d_model = 64  # parameters of other shapes: the checkpoint cannot restore
+    with pytest.raises(ValueError, match="incompatible with the model"):
+        train_lib.train(other, w)
+    with open(path) as f:
+        after = f.read()
+    assert after == before and json.loads(after)["model"]["d_model"] == 32
+
+
+def test_accum_steps_job_batches_split_into_micro_batches_and_train(tmp_path, shared_vocab):
+    w = workdir_with_vocab(tmp_path, "accum", shared_vocab)
+    job, state = train_lib.train(tiny_config(num_steps=2, accum_steps=3), w)
+    multiple = jax.device_count() * 3
+    rows = next(job.train_data.batches.epoch_batches(0))["inputs"].shape[0]
+    assert rows % multiple == 0, (rows, multiple)
+    assert int(state.step) == 2
+
+
+def _overlong_config(max_len):
+    c = tiny_config()
+    c.model.max_len = max_len
+    c.data.max_source_len, c.data.max_target_len, c.data.pack_len = 61, 40, 64
+    return c
+
+
+def test_padded_width_over_model_max_len_is_a_config_error_before_data_work(tmp_path):
+    # 61 <= 62, but bucketed batches pad it to width 64: positions 62, 63 would be NaN.
+    match = (r"'data.max_source_len' \(61\) and 'data.max_target_len' \(40\): expected a "
+             r"padded width <= 'model.max_len' \(62\); got bucket width 64")
+    with pytest.raises(ConfigError, match=match):
+        train_lib.validate_config(_overlong_config(62))
+    with pytest.raises(ConfigError, match=match):
+        train_lib.build_job(_overlong_config(62), str(tmp_path))
+    assert os.listdir(tmp_path) == []  # no tokenizer trained, no data read
+    assert train_lib.validate_config(_overlong_config(64)).model.max_len == 64
+
+
+@pytest.mark.parametrize("module", [base, big, small, demo, multi30k])
+def test_shipped_configs_fit_their_model_max_len(module):
+    train_lib.validate_config(module.get_config())
+
+
+def test_multi_process_settings_without_an_address_do_not_run_single_process():
+    c = tiny_config(num_processes=2, process_id=1)
+    with pytest.raises(ConfigError, match="train.coordinator_address"):
+        train_lib.maybe_initialize_distributed(c.train)  # the ConfigDict train.py passes
+    assert jax.process_count() == 1

@@ -7,13 +7,15 @@ recomputes the epoch's plan and skips to batch ``index`` without touching earlie
 
 * Bucketing: a pair goes to the first bucket boundary >= max(len(src), len(tgt)); both
   sides are padded to that boundary. A bucket's batches have ``rows = max_tokens //
-  boundary`` rounded down to a multiple of ``num_devices`` (at least ``num_devices``), so
-  ``rows * boundary <= max_tokens`` and there is one batch shape per bucket. Pairs are
+  boundary`` rounded down to a multiple of ``num_devices * accum_steps`` (at least that
+  multiple), so ``rows * boundary <= max_tokens``, every device's rows split evenly into
+  ``accum_steps`` micro-batches, and there is one batch shape per bucket. Pairs are
   shuffled within buckets, then batch order is shuffled, both with an epoch-dependent
   seed. A bucket's last, partial batch is filled up with all-PAD rows (no pair is
   dropped; PAD rows carry zero loss weight).
 * Packing: pairs are shuffled, packed first-fit into rows of ``pack_len`` and grouped
-  into batches of fixed shape [rows, pack_len], then batch order is shuffled.
+  into batches of fixed shape [rows, pack_len] (rows as above, for width ``pack_len``),
+  then batch order is shuffled.
 
 Multi-host sharding: every host computes the same global plan and yields its own slice
 of the ROWS of every global batch (host h gets rows [h * r, (h + 1) * r) with r = rows /
@@ -53,11 +55,13 @@ def bucket_boundaries(max_len: int, step: int = 8) -> tuple[int, ...]:
     return tuple(out) + (cap,)
 
 
-def rows_for(width: int, max_tokens: int, num_devices: int) -> int:
+def rows_for(width: int, max_tokens: int, num_devices: int, accum_steps: int = 1) -> int:
     """Rows of a batch padded to ``width``: max_tokens // width rounded DOWN to a multiple
-    of num_devices, and at least num_devices."""
-    rows = (max_tokens // width) // num_devices * num_devices
-    return max(rows, num_devices)
+    of num_devices * accum_steps, and at least that multiple (so every device's rows split
+    into accum_steps equal micro-batches)."""
+    multiple = num_devices * accum_steps
+    rows = (max_tokens // width) // multiple * multiple
+    return max(rows, multiple)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +105,8 @@ class BatchOptions:
 
     max_tokens: int  # budget per global batch: rows * padded length
     boundaries: tuple[int, ...]  # bucket padded lengths (bucketing)
-    num_devices: int = 1  # global batch rows are a multiple of this
+    num_devices: int = 1  # global batch rows are a multiple of num_devices * accum_steps
+    accum_steps: int = 1  # gradient-accumulation micro-batches per device and step
     pad_id: int = 0
     seed: int = 0
     shuffle: bool = True
@@ -112,7 +117,7 @@ class BatchOptions:
     num_shards: int = 1  # hosts
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "num_devices", "pack_len", "num_shards"):
+        for name in ("max_tokens", "num_devices", "accum_steps", "pack_len", "num_shards"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int; got {getattr(self, name)!r}")
         b = self.boundaries
@@ -126,10 +131,16 @@ class BatchOptions:
                              f"num_shards ({self.num_shards}) so every host gets whole rows")
 
     def plan_key(self) -> str:
-        """The options that shape the global plan (not which shard this host takes)."""
+        """The options that shape the global plan (not which shard this host takes).
+
+        accum_steps=1 is left out, so positions saved before the field existed still
+        resume; any other value changes the key (it changes the rows per batch).
+        """
         d = dataclasses.asdict(self)
         for k in ("shard_index", "num_shards"):
             d.pop(k)
+        if d["accum_steps"] == 1:
+            d.pop("accum_steps")
         return repr(sorted(d.items()))
 
 
@@ -162,7 +173,8 @@ def bucket_plan(keys: np.ndarray, options: BatchOptions, rng: np.random.Generato
     first = np.concatenate([[0], np.cumsum(counts)[:-1]])
     parts = []
     for b in np.flatnonzero(counts):
-        rows = rows_for(int(bounds[b]), options.max_tokens, options.num_devices)
+        rows = rows_for(int(bounds[b]), options.max_tokens, options.num_devices,
+                        options.accum_steps)
         starts = np.arange(first[b], first[b] + counts[b], rows)
         ends = np.minimum(starts + rows, first[b] + counts[b])
         parts.append(np.stack([starts, ends - starts, np.full_like(starts, bounds[b]),
@@ -176,7 +188,8 @@ def bucket_plan(keys: np.ndarray, options: BatchOptions, rng: np.random.Generato
 def pack_plan(src_lens: np.ndarray, tgt_lens: np.ndarray, options: BatchOptions,
               rng: np.random.Generator | None) -> _Plan:
     """Packed batches of shape [rows, pack_len]."""
-    rows = rows_for(options.pack_len, options.max_tokens, options.num_devices)
+    rows = rows_for(options.pack_len, options.max_tokens, options.num_devices,
+                    options.accum_steps)
     order = rng.permutation(src_lens.size) if rng is not None else np.arange(src_lens.size)
     row_of = packing.first_fit(src_lens, tgt_lens, order, options.pack_len)
     by_row = np.argsort(row_of, kind="stable")
@@ -236,7 +249,8 @@ class BatchIterator:
         """The (rows on this host, padded length) shapes batches can have."""
         o = self.options
         widths = [o.pack_len] if o.pack else list(o.boundaries)
-        return [(rows_for(w, o.max_tokens, o.num_devices) // o.num_shards, w) for w in widths]
+        return [(rows_for(w, o.max_tokens, o.num_devices, o.accum_steps) // o.num_shards, w)
+                for w in widths]
 
     # ------------------------------------------------------------------ batches
     def _batch(self, plan: _Plan, k: int) -> Batch:

@@ -64,9 +64,11 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
 
 
 def batch_options(data_cfg: DataConfig, *, pad_id: int, train: bool, num_devices: int = 1,
-                  shard_index: int = 0, num_shards: int = 1) -> batching.BatchOptions:
+                  shard_index: int = 0, num_shards: int = 1,
+                  accum_steps: int = 1) -> batching.BatchOptions:
     """BatchOptions for the train split (shuffled, endless, packed if data.pack) or an
-    evaluation split (in order, one pass, bucketed)."""
+    evaluation split (in order, one pass, bucketed). accum_steps: batch rows become a
+    multiple of num_devices * accum_steps (train.accum_steps; evaluation takes 1)."""
     pack = data_cfg.pack and train
     if pack and max(data_cfg.max_source_len, data_cfg.max_target_len) > data_cfg.pack_len:
         raise ValueError(f"data.max_source_len ({data_cfg.max_source_len}) and "
@@ -75,7 +77,8 @@ def batch_options(data_cfg: DataConfig, *, pad_id: int, train: bool, num_devices
     max_len = max(data_cfg.max_source_len, data_cfg.max_target_len)
     return batching.BatchOptions(
         max_tokens=data_cfg.max_tokens, boundaries=batching.bucket_boundaries(max_len),
-        num_devices=num_devices, pad_id=pad_id, seed=data_cfg.seed, shuffle=train,
+        num_devices=num_devices, accum_steps=accum_steps, pad_id=pad_id, seed=data_cfg.seed,
+        shuffle=train,
         repeat=train, pack=pack, pack_len=data_cfg.pack_len, shard_index=shard_index,
         num_shards=num_shards)
 
@@ -90,12 +93,13 @@ def encode_pairs(tokenizer: Tokenizer, pairs: list[sources.Pair]
 
 def build_pipeline(data_cfg: DataConfig, workdir: str, split: str = "train", *,
                    num_devices: int = 1, shard_index: int = 0, num_shards: int = 1,
-                   tokenizer: Tokenizer | None = None) -> DataSplit:
+                   accum_steps: int = 1, tokenizer: Tokenizer | None = None) -> DataSplit:
     """Loads ``split`` (train | eval | test), gets the tokenizer, encodes, batches.
 
-    num_devices: GLOBAL device count (batch rows are a multiple of it); shard_index /
-    num_shards: this host and the host count (each host yields its rows of every global
-    batch). tokenizer: reuse an already loaded one (else load or train, see module doc).
+    num_devices: GLOBAL device count and accum_steps: gradient-accumulation micro-batches
+    (batch rows are a multiple of num_devices * accum_steps); shard_index / num_shards:
+    this host and the host count (each host yields its rows of every global batch).
+    tokenizer: reuse an already loaded one (else load or train, see module doc).
     """
     if split not in sources.SPLITS:
         raise ValueError(f"split must be one of {sources.SPLITS}; got {split!r}")
@@ -113,7 +117,7 @@ def build_pipeline(data_cfg: DataConfig, workdir: str, split: str = "train", *,
     train = split == "train"
     options = batch_options(data_cfg, pad_id=tokenizer.pad_id, train=train,
                             num_devices=num_devices, shard_index=shard_index,
-                            num_shards=num_shards)
+                            num_shards=num_shards, accum_steps=accum_steps)
     iterator = batching.BatchIterator(src, tgt, options)
     _log.info("%s: %d pairs, %d source + %d target tokens, %d batches per epoch",
               split, len(src), src.values.size, tgt.values.size, iterator.num_batches())

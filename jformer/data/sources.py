@@ -29,6 +29,7 @@ import dataclasses
 import gzip
 import logging
 import os
+import string
 import zlib
 
 from jformer.config import DataConfig
@@ -141,12 +142,31 @@ def split_name(data_cfg: DataConfig, split: str) -> str:
     return split
 
 
+def check_placeholders(pattern: str, allowed: tuple[str, ...], text_format: str) -> None:
+    """ValueError naming data.text_pattern unless its only {placeholders} are ``allowed``
+    (``str.format`` would raise a bare KeyError or IndexError deep in loading)."""
+    try:
+        names = [field for _, field, _, _ in string.Formatter().parse(pattern)
+                 if field is not None]
+    except ValueError as e:  # an unmatched '{' or '}'
+        raise ValueError(f"data.text_pattern {pattern!r} is not a valid pattern ({e}); "
+                         f"write a literal brace as '{{{{' or '}}}}'") from e
+    allowed_list = ", ".join(f"{{{a}}}" for a in allowed)
+    for field in names:
+        if field not in allowed:
+            raise ValueError(f"data.text_pattern {pattern!r} has an unknown placeholder "
+                             f"{{{field}}}; allowed with data.text_format={text_format!r}: "
+                             f"{allowed_list}")
+
+
 def text_paths(data_cfg: DataConfig, split: str) -> list[str]:
     """The file(s) a text/tsv split is read from: [src, tgt] or [tsv]."""
     pattern, name = data_cfg.text_pattern, split_name(data_cfg, split)
     if not pattern:
         raise ValueError("data.text_pattern must be set for data.source='text', e.g. "
                          "'data/{split}.{lang}'")
+    allowed = ("split",) if data_cfg.text_format == "tsv" else ("split", "lang")
+    check_placeholders(pattern, allowed, data_cfg.text_format)
     if data_cfg.text_format == "tsv":
         if "{split}" not in pattern:
             raise ValueError(f"data.text_pattern must contain {{split}} for tsv; got "
