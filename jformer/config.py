@@ -125,11 +125,14 @@ class DataConfig:
     max_tokens: int = 4096  # token budget per global batch (max(src, tgt) x rows)
     pack: bool = False  # pack several pairs per row (segment ids + positions)
     pack_len: int = 128  # row length when packing
-    shuffle_buffer: int = 0  # unused when the corpus is in memory (full shuffle)
+    shuffle_buffer: int = 0  # must stay 0: the in-memory epoch plan shuffles fully
     seed: int = 0  # shuffling seed
 
     def __post_init__(self) -> None:
         s = "data"
+        _check(self.shuffle_buffer == 0, f"{s}.shuffle_buffer",
+               "0 (batches are shuffled over the whole in-memory epoch; a buffer size "
+               "would have no effect)", self.shuffle_buffer)
         _check_choice(s, "source", self.source, ("demo", "text", "tfds"))
         _check_choice(s, "text_format", self.text_format, ("text", "tsv"))
         _check_choice(s, "vocab_model_type", self.vocab_model_type, ("bpe", "unigram"))

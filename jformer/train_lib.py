@@ -76,8 +76,15 @@ def validate_config(raw: Mapping[str, Any], **model_overrides: Any) -> config_li
     """:func:`config_lib.from_config_dict` (model dtype = train.compute_dtype) plus the
     cross-section checks a training run needs; ConfigError names the fields."""
     train = dict(raw.get("train", {}))
-    cfg = config_lib.from_config_dict(
-        raw, dtype=train.get("compute_dtype", "float32"), **model_overrides)
+    compute_dtype = train.get("compute_dtype", "float32")
+    model_dtype = dict(raw.get("model", {})).get("dtype", "float32")
+    if model_dtype != "float32" and model_dtype != compute_dtype:
+        raise config_lib.ConfigError(
+            f"config field 'model.dtype' ({model_dtype!r}) differs from "
+            f"'train.compute_dtype' ({compute_dtype!r}): training computes in "
+            f"train.compute_dtype and model.dtype follows it; set "
+            f"--config.train.compute_dtype={model_dtype} instead")
+    cfg = config_lib.from_config_dict(raw, dtype=compute_dtype, **model_overrides)
     check_lengths_fit_model(cfg)
     return cfg
 

@@ -55,6 +55,10 @@ def test_invalid_train_and_data_values():
     c.data.overlong = "wrap"
     with pytest.raises(ConfigError, match="data.overlong"):
         from_config_dict(c)
+    c = base.get_config()
+    c.data.shuffle_buffer = 10_000  # accepted and ignored before: now an error
+    with pytest.raises(ConfigError, match=r"'data.shuffle_buffer': expected 0 .*; got 10000"):
+        from_config_dict(c)
 
 
 @pytest.mark.parametrize("num_processes, process_id", [(2, 0), (2, 1), (4, 3)])

@@ -34,6 +34,13 @@ def test_train_split_trains_and_saves_the_tokenizer(train, workdir):
     np.testing.assert_array_equal(a["inputs"], b["inputs"])
 
 
+def test_a_workdir_tokenizer_of_another_vocab_size_is_rejected(train, workdir):
+    other = dataclasses.replace(CFG, vocab_size=500)
+    with pytest.raises(ValueError, match=r"spm.model has 400 pieces but data.vocab_size is "
+                                         r"500.*--config.data.vocab_size=400"):
+        pipeline.build_pipeline(other, workdir, "train")
+
+
 def test_train_batches_decode_to_the_corpus(train):
     batch = next(train.batches)
     assert batch["inputs"].shape[0] % 2 == 0

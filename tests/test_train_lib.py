@@ -155,6 +155,19 @@ def test_padded_width_over_model_max_len_is_a_config_error_before_data_work(tmp_
     assert train_lib.validate_config(_overlong_config(64)).model.max_len == 64
 
 
+def test_model_dtype_that_compute_dtype_would_override_is_a_config_error():
+    c = small.get_config()
+    c.model.dtype = "bfloat16"  # train.compute_dtype stays float32 and would win silently
+    with pytest.raises(ConfigError, match=r"'model.dtype' \('bfloat16'\) differs from "
+                       r"'train.compute_dtype' \('float32'\).*compute_dtype=bfloat16"):
+        train_lib.validate_config(c)
+    c.train.compute_dtype = "bfloat16"
+    assert train_lib.validate_config(c).model.dtype == "bfloat16"
+    c = small.get_config()
+    c.train.compute_dtype = "bfloat16"  # model.dtype left at its default follows it
+    assert train_lib.validate_config(c).model.dtype == "bfloat16"
+
+
 @pytest.mark.parametrize("module", [base, big, small, demo, multi30k])
 def test_shipped_configs_fit_their_model_max_len(module):
     train_lib.validate_config(module.get_config())

@@ -53,7 +53,14 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
         return Tokenizer.load(data_cfg.vocab_path)  # FileNotFoundError names the path
     path = tokenizer_path(data_cfg, workdir)
     if os.path.isfile(path):
-        return Tokenizer.load(path)
+        tokenizer = Tokenizer.load(path)
+        if tokenizer.vocab_size != data_cfg.vocab_size:  # learned under other settings
+            raise ValueError(
+                f"{path} has {tokenizer.vocab_size} pieces but data.vocab_size is "
+                f"{data_cfg.vocab_size}: it was learned for another config. Use another "
+                f"workdir, delete it to learn a new one, or set "
+                f"--config.data.vocab_size={tokenizer.vocab_size}")
+        return tokenizer
     if train_pairs is None:
         train_pairs = sources.load_split(data_cfg, "train")
     sentences = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
