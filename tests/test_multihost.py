@@ -1,4 +1,5 @@
 """Two processes on localhost (CPU collectives over gloo) train together."""
+import json
 import os
 import socket
 import subprocess
@@ -35,7 +36,16 @@ def test_two_processes_train_three_steps_to_identical_parameters(tmp_path):
     assert len(names) > 10
     for k in names:
         np.testing.assert_array_equal(a[k], b[k])
-    # only process 0 writes TensorBoard summaries and the run config
-    assert os.path.isdir(tmp_path / "run" / "tensorboard")
-    assert os.path.isfile(tmp_path / "run" / "config.json")
-    assert os.path.isdir(tmp_path / "run" / "checkpoints" / "3")
+    # Only process 0 writes TensorBoard summaries, metrics rows, the run config and the
+    # progress bar (both processes share the workdir here, so a second writer would show).
+    run = tmp_path / "run"
+    events = [f for _, _, files in os.walk(run / "tensorboard") for f in files
+              if "tfevents" in f]
+    assert len(events) == 1, events
+    rows = [json.loads(line) for line in open(run / "metrics.jsonl")]
+    keys = [json.dumps(r, sort_keys=True) for r in rows]
+    assert rows and len(keys) == len(set(keys))  # no row written twice
+    assert os.path.isfile(run / "config.json")
+    assert os.path.isdir(run / "checkpoints" / "3")
+    bar = "train: 100%"  # the progress bar, on process 0's stderr only
+    assert bar in outputs[0] and bar not in outputs[1]
