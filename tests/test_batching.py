@@ -49,6 +49,15 @@ def _rows_of(batch, key):
 
 
 # ----------------------------------------------------------------------------- ragged
+def test_ragged_concatenate_keeps_rows_in_order():
+    parts = [RaggedArray.from_rows([[1, 2], [3]]), RaggedArray.from_rows([]),
+             RaggedArray.from_rows([[4, 5, 6], [], [7]])]
+    joined = RaggedArray.concatenate(parts)
+    assert [r.tolist() for r in joined.to_rows()] == [[1, 2], [3], [4, 5, 6], [], [7]]
+    assert joined.values.dtype == np.int32 and joined.offsets.tolist() == [0, 2, 3, 6, 6, 7]
+    assert len(RaggedArray.concatenate([])) == 0
+
+
 def test_ragged_take_truncate_gather():
     r = RaggedArray.from_rows([[5, 6, EOS], [7, EOS], [8, 9, 10, 11, EOS]])
     assert r.lengths.tolist() == [3, 2, 5]
@@ -212,8 +221,21 @@ def test_set_state_rejects_bad_or_foreign_state():
     src, tgt = _corpus(100)
     it = batching.BatchIterator(src, tgt, _options())
     other = batching.BatchIterator(src, tgt, _options(max_tokens=1024))
-    with pytest.raises(ValueError, match="another corpus or batching options"):
+    with pytest.raises(ValueError, match=r"another corpus or batching options: max_tokens: "
+                                         r"saved 1024, now \d+ \(fingerprint"):
         it.set_state(other.get_state())
+    # a run resumed on another device count, or on a changed corpus, says so
+    state = batching.BatchIterator(src, tgt, _options(num_devices=2)).get_state()
+    with pytest.raises(ValueError, match="num_devices: saved 2, now 1"):
+        it.set_state(state)
+    fewer = batching.BatchIterator(*_corpus(99), _options()).get_state()
+    with pytest.raises(ValueError, match=r"corpus: saved 99 pairs \(lengths crc \w+\), "
+                                         r"now 100"):
+        it.set_state(fewer)
+    old_style = {k: v for k, v in fewer.items() if k in ("epoch", "index", "fingerprint")}
+    with pytest.raises(ValueError, match="a state saved before positions recorded"):
+        it.set_state(old_style)
+    json.dumps(it.get_state())  # checkpoints store it as JSON
     with pytest.raises(ValueError, match="must be a dict with 'epoch' and 'index'"):
         it.set_state({"step": 3})
     with pytest.raises(ValueError, match="ints >= 0"):

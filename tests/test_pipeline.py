@@ -41,6 +41,23 @@ def test_a_workdir_tokenizer_of_another_vocab_size_is_rejected(train, workdir):
         pipeline.build_pipeline(other, workdir, "train")
 
 
+def test_encoding_in_chunks_equals_one_call(train):
+    from jformer.data import demo_corpus
+
+    pairs = demo_corpus.generate(1, 57, 0, 0)["train"]
+    whole = pipeline.encode_pairs(train.tokenizer, pairs, chunk=len(pairs))
+    for chunk in (1, 10, 56):
+        for a, b in zip(pipeline.encode_pairs(train.tokenizer, pairs, chunk=chunk), whole):
+            np.testing.assert_array_equal(a.values, b.values)
+            np.testing.assert_array_equal(a.offsets, b.offsets)
+    assert len(whole[0]) == 57 and all(r[-1] == train.tokenizer.eos_id
+                                       for r in whole[1].to_rows())
+    empty = pipeline.encode_pairs(train.tokenizer, [])
+    assert len(empty[0]) == 0 and empty[0].values.size == 0
+    with pytest.raises(ValueError, match="chunk must be a positive int; got 0"):
+        pipeline.encode_pairs(train.tokenizer, pairs, chunk=0)
+
+
 def test_train_batches_decode_to_the_corpus(train):
     batch = next(train.batches)
     assert batch["inputs"].shape[0] % 2 == 0

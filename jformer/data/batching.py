@@ -26,6 +26,7 @@ shapes, which is what a jitted step over a global mesh (and its collectives) nee
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import zlib
 from typing import Any, Iterator
@@ -130,18 +131,22 @@ class BatchOptions:
             raise ValueError(f"num_devices ({self.num_devices}, global) must be a multiple of "
                              f"num_shards ({self.num_shards}) so every host gets whole rows")
 
-    def plan_key(self) -> str:
+    def plan_options(self) -> dict[str, Any]:
         """The options that shape the global plan (not which shard this host takes).
 
         accum_steps=1 is left out, so positions saved before the field existed still
-        resume; any other value changes the key (it changes the rows per batch).
+        resume; any other value changes the plan (it changes the rows per batch).
         """
         d = dataclasses.asdict(self)
         for k in ("shard_index", "num_shards"):
             d.pop(k)
         if d["accum_steps"] == 1:
             d.pop("accum_steps")
-        return repr(sorted(d.items()))
+        return d
+
+    def plan_key(self) -> str:
+        """:meth:`plan_options` as a canonical string (part of the resume fingerprint)."""
+        return repr(sorted(self.plan_options().items()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +232,9 @@ class BatchIterator:
         crc = zlib.crc32(self._src_lens.astype(np.int64).tobytes())
         crc = zlib.crc32(self._tgt_lens.astype(np.int64).tobytes(), crc)
         self._fingerprint = f"{zlib.crc32(options.plan_key().encode(), crc):08x}"
+        # Saved with the position, so a mismatch can say what changed.
+        self._corpus = {"pairs": int(self._keys.size), "lengths_crc": f"{crc:08x}"}
+        self._options = json.loads(json.dumps(options.plan_options()))
         self._epoch, self._index = 0, 0
         self._cached: tuple[int, _Plan] | None = None
 
@@ -292,7 +300,26 @@ class BatchIterator:
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict[str, Any]:
         """JSON-serialisable position: the next batch is batch ``index`` of ``epoch``."""
-        return {"epoch": self._epoch, "index": self._index, "fingerprint": self._fingerprint}
+        return {"epoch": self._epoch, "index": self._index, "fingerprint": self._fingerprint,
+                "corpus": self._corpus, "options": self._options}
+
+    def _mismatch(self, state: dict[str, Any]) -> str:
+        """What differs between a saved state and this iterator, as far as it tells."""
+        saved, diffs = state.get("options"), []
+        if isinstance(saved, dict):
+            for name in sorted(set(saved) | set(self._options)):
+                if saved.get(name) != self._options.get(name):
+                    diffs.append(f"{name}: saved {saved.get(name)!r}, now "
+                                 f"{self._options.get(name)!r}")
+        corpus = state.get("corpus")
+        if isinstance(corpus, dict) and corpus != self._corpus:
+            diffs.append(f"corpus: saved {corpus.get('pairs')} pairs (lengths crc "
+                         f"{corpus.get('lengths_crc')}), now {self._corpus['pairs']} "
+                         f"({self._corpus['lengths_crc']})")
+        if diffs:
+            return "; ".join(diffs)
+        return "a state saved before positions recorded their options" if saved is None \
+            else "the corpus or options differ"
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores a position from :meth:`get_state`; the same corpus and options (up to
@@ -305,8 +332,9 @@ class BatchIterator:
             raise ValueError(f"state epoch and index must be ints >= 0; got {state!r}")
         fp = state.get("fingerprint", self._fingerprint)
         if fp != self._fingerprint:
-            raise ValueError(f"state was saved for another corpus or batching options "
-                             f"(fingerprint {fp}, this iterator {self._fingerprint})")
+            raise ValueError(f"state was saved for another corpus or batching options: "
+                             f"{self._mismatch(state)} (fingerprint {fp}, this iterator "
+                             f"{self._fingerprint})")
         if index > len(self._plan(epoch)):
             raise ValueError(f"state index {index} is past the {len(self._plan(epoch))} "
                              f"batches of epoch {epoch}")

@@ -90,12 +90,26 @@ def batch_options(data_cfg: DataConfig, *, pad_id: int, train: bool, num_devices
         num_shards=num_shards)
 
 
-def encode_pairs(tokenizer: Tokenizer, pairs: list[sources.Pair]
+ENCODE_CHUNK = 100_000  # pairs encoded per sentencepiece call
+
+
+def encode_pairs(tokenizer: Tokenizer, pairs: list[sources.Pair], chunk: int = ENCODE_CHUNK
                  ) -> tuple[RaggedArray, RaggedArray]:
-    """Both sides encoded with EOS appended (batched, multi-threaded sentencepiece)."""
-    src = tokenizer.encode_lists([s for s, _ in pairs], add_eos=True)
-    tgt = tokenizer.encode_lists([t for _, t in pairs], add_eos=True)
-    return RaggedArray.from_rows(src), RaggedArray.from_rows(tgt)
+    """Both sides encoded with EOS appended (batched, multi-threaded sentencepiece).
+
+    ``chunk`` pairs at a time, each chunk packed into int32 arrays at once: the Python
+    id lists sentencepiece returns cost ~26 bytes a token (300k demo pairs, 7.6M tokens:
+    193 MiB peak in one call, 85 MiB in chunks of 100k), so encoding WMT14's 4.5M pairs
+    in one call would hold several GB of them before packing.
+    """
+    if not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a positive int; got {chunk!r}")
+    sides: tuple[list[RaggedArray], list[RaggedArray]] = ([], [])
+    for start in range(0, len(pairs), chunk):
+        part = pairs[start:start + chunk]
+        for side, texts in zip(sides, ([s for s, _ in part], [t for _, t in part])):
+            side.append(RaggedArray.from_rows(tokenizer.encode_lists(texts, add_eos=True)))
+    return RaggedArray.concatenate(sides[0]), RaggedArray.concatenate(sides[1])
 
 
 def build_pipeline(data_cfg: DataConfig, workdir: str, split: str = "train", *,

@@ -44,6 +44,16 @@ class RaggedArray:
                                  count=int(offsets[-1]))
         return cls(values, offsets)
 
+    @classmethod
+    def concatenate(cls, parts: Sequence["RaggedArray"]) -> "RaggedArray":
+        """The rows of ``parts``, in order, as one array."""
+        if not parts:
+            return cls(np.zeros(0, np.int32), np.zeros(1, np.int64))
+        starts = np.cumsum([0] + [p.values.size for p in parts[:-1]])
+        offsets = np.concatenate([np.zeros(1, np.int64)]
+                                 + [p.offsets[1:] + s for p, s in zip(parts, starts)])
+        return cls(np.concatenate([p.values for p in parts]), offsets)
+
     def __len__(self) -> int:
         return self.offsets.size - 1
 
