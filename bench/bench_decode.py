@@ -198,7 +198,7 @@ def step_weight_bytes(cfg: ModelConfig, params) -> int:
     leaves = jax.tree_util.tree_leaves_with_path(params["decoder"])
     layer_bytes = sum(x.size * 4 for path, x in leaves
                       if "layer_" in jax.tree_util.keystr(path)
-                      and "kv_kernel" not in jax.tree_util.keystr(path))
+                      and getattr(path[-1], "key", None) != "kv_kernel")
     return layer_bytes + cfg.vocab_size * cfg.d_model * 4
 
 
