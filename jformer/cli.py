@@ -13,6 +13,7 @@ but results.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import itertools
 import logging
@@ -185,13 +186,13 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.chunk_lines < 1:
         raise ValueError(f"--chunk-lines must be >= 1; got {args.chunk_lines}")
     translator = _translator(args)
-    src, out = _open_in(args.input), _open_out(args.output)
-    try:
+    with contextlib.ExitStack() as stack:  # releases what was opened, even on errors
+        src = _open_in(args.input)
+        stack.callback(_release, src, sys.stdin)
+        out = _open_out(args.output)
+        stack.callback(_release, out, sys.stdout)
         _translate_stream(translator, src, out, _search_kwargs(args), args.chunk_lines,
                           args.quiet, "stdin" if args.input == "-" else args.input)
-    finally:
-        for f, std in ((src, sys.stdin), (out, sys.stdout)):
-            _release(f, std)
 
 
 def _release(f: TextIO, std: TextIO) -> None:

@@ -125,14 +125,11 @@ class DataConfig:
     max_tokens: int = 4096  # token budget per global batch (max(src, tgt) x rows)
     pack: bool = False  # pack several pairs per row (segment ids + positions)
     pack_len: int = 128  # row length when packing
-    shuffle_buffer: int = 0  # must stay 0: the in-memory epoch plan shuffles fully
+    shuffle_buffer: int = 0  # must stay 0 (training checks): the epoch plan shuffles fully
     seed: int = 0  # shuffling seed
 
     def __post_init__(self) -> None:
         s = "data"
-        _check(self.shuffle_buffer == 0, f"{s}.shuffle_buffer",
-               "0 (batches are shuffled over the whole in-memory epoch; a buffer size "
-               "would have no effect)", self.shuffle_buffer)
         _check_choice(s, "source", self.source, ("demo", "text", "tfds"))
         _check_choice(s, "text_format", self.text_format, ("text", "tsv"))
         _check_choice(s, "vocab_model_type", self.vocab_model_type, ("bpe", "unigram"))
@@ -187,12 +184,6 @@ class TrainConfig:
                self.learning_rate_scale)
         _check(0 <= self.process_id < self.num_processes, f"{s}.process_id",
                f"in [0, num_processes={self.num_processes})", self.process_id)
-        if not self.coordinator_address:  # else every host would run as process 0 alone
-            _check(self.num_processes == 1 and self.process_id == 0,
-                   f"{s}.coordinator_address",
-                   f"host:port of process 0 when train.num_processes={self.num_processes} "
-                   f"and train.process_id={self.process_id} ask for a multi-process run",
-                   self.coordinator_address)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +256,20 @@ def from_config_dict(cfg: Mapping[str, Any], **model_overrides: Any) -> Config:
             values.update(model_overrides)
         parts[name] = _build(name, cls, values)
     return Config(**parts)
+
+
+def check_training_config(config: Config) -> None:
+    """Checks that matter only to a training run (a config.json loaded for inference
+    skips them, so workdirs written by older versions keep loading)."""
+    d, t = config.data, config.train
+    _check(d.shuffle_buffer == 0, "data.shuffle_buffer",
+           "0 (batches are shuffled over the whole in-memory epoch; a buffer size would "
+           "have no effect)", d.shuffle_buffer)
+    if not t.coordinator_address:  # else every host would run as process 0 alone
+        _check(t.num_processes == 1 and t.process_id == 0, "train.coordinator_address",
+               f"host:port of process 0 when train.num_processes={t.num_processes} and "
+               f"train.process_id={t.process_id} ask for a multi-process run",
+               t.coordinator_address)
 
 
 def to_dict(config: Config) -> dict[str, Any]:

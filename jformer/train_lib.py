@@ -45,6 +45,8 @@ def maybe_initialize_distributed(cfg: config_lib.TrainConfig | Mapping[str, Any]
     if not isinstance(cfg, config_lib.TrainConfig):
         raw = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
         cfg = config_lib.from_config_dict({"train": raw}).train
+    config_lib.check_training_config(config_lib.Config(
+        config_lib.ModelConfig(), config_lib.DataConfig(), cfg, config_lib.DecodeConfig()))
     if not cfg.coordinator_address:
         return
     # Cross-process collectives on CPU devices (tests, CPU clusters) go through gloo;
@@ -69,7 +71,8 @@ def check_lengths_fit_model(cfg: config_lib.Config) -> None:
             f"'data.max_target_len' ({d.max_target_len}): expected a padded width <= "
             f"'model.max_len' ({max_len}); got bucket width {width} (the longer one rounded "
             f"up to the bucket step). Positions past model.max_len would give NaN: raise "
-            f"model.max_len to >= {width} or lower the data lengths")
+            f"model.max_len to >= {width} or lower the data lengths (with learned "
+            f"positions a larger model.max_len is a new position table: start a new run)")
 
 
 def validate_config(raw: Mapping[str, Any], **model_overrides: Any) -> config_lib.Config:
@@ -85,6 +88,7 @@ def validate_config(raw: Mapping[str, Any], **model_overrides: Any) -> config_li
             f"train.compute_dtype and model.dtype follows it; set "
             f"--config.train.compute_dtype={model_dtype} instead")
     cfg = config_lib.from_config_dict(raw, dtype=compute_dtype, **model_overrides)
+    config_lib.check_training_config(cfg)
     check_lengths_fit_model(cfg)
     return cfg
 

@@ -403,7 +403,8 @@ class Translator:
             search keeps a sentence going until its n_best best finished hypotheses
             can't be beaten, so all n_best are finished unless max_len cuts them off
             (``Hypothesis.finished`` says which).
-          return_scores: return :class:`Hypothesis` (text, score, ids) instead of str.
+          return_scores: return :class:`Hypothesis` (text, score, ids, finished) instead
+            of str.
           method: "beam" | "greedy" | "sample".
           temperature, top_k: sampling settings (default: decode_cfg).
           rng: PRNG key for sampling (default: key 0); batch i uses fold_in(rng, i)

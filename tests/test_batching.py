@@ -146,6 +146,14 @@ def test_accum_steps_shapes_the_resume_fingerprint():
     with pytest.raises(ValueError, match="another corpus or batching options"):
         batching.BatchIterator(src, tgt, opts).set_state(state)
     batching.BatchIterator(src, tgt, three).set_state(state)
+    # accum_steps that divides every batch's rows already changes no plan: an older
+    # run's positions (saved without the field) still resume
+    single = _options(num_devices=2, max_tokens=1536, boundaries=(8, 16, 24))  # rows 192/96/64
+    divides = dataclasses.replace(single, accum_steps=2)
+    assert divides.plan_key() == single.plan_key()
+    short_src, short_tgt = _corpus(100, max_len=24)
+    batching.BatchIterator(short_src, short_tgt, divides).set_state(
+        batching.BatchIterator(short_src, short_tgt, single).get_state())
     with pytest.raises(ValueError, match="accum_steps must be a positive int; got 0"):
         dataclasses.replace(opts, accum_steps=0)
 

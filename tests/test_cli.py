@@ -207,6 +207,18 @@ def test_a_stray_carriage_return_does_not_split_a_line(workdir, tmp_path, capsys
     assert out.count("\n") == 2  # one output line per input line, as `wc -l` counts
 
 
+def test_stdin_is_read_as_utf8_lines_split_at_newline_only(workdir, capsys, monkeypatch):
+    """The real stdin (a byte stream): a lone CR stays inside its line, as with --input;
+    the stream is detached afterwards, not closed."""
+    stdin = io.TextIOWrapper(io.BytesIO("Fünf.\rIt is late.\nHello\r\n".encode()),
+                             encoding="latin-1")  # a non-UTF-8 locale's default
+    monkeypatch.setattr(sys, "stdin", stdin)
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--quiet"], capsys)
+    assert status == 0, err
+    assert out.count("\n") == 2
+    assert not stdin.buffer.closed
+
+
 def test_evaluate_on_empty_files_is_a_clear_error(workdir, tmp_path, capsys):
     (tmp_path / "empty.en").write_text("")
     (tmp_path / "empty.de").write_text("")

@@ -5,7 +5,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from configs import base, big, demo, multi30k, small
-from jformer.config import ConfigError, ModelConfig, TrainConfig, from_config_dict
+from jformer.config import (ConfigError, ModelConfig, TrainConfig, check_training_config,
+                            from_config_dict)
 
 
 @pytest.mark.parametrize("module", [base, big, small, demo, multi30k])
@@ -56,25 +57,24 @@ def test_invalid_train_and_data_values():
     with pytest.raises(ConfigError, match="data.overlong"):
         from_config_dict(c)
     c = base.get_config()
-    c.data.shuffle_buffer = 10_000  # accepted and ignored before: now an error
+    c.data.shuffle_buffer = 10_000  # accepted and ignored before: now a training error
+    loaded = from_config_dict(c)  # a config.json of an older run still loads
     with pytest.raises(ConfigError, match=r"'data.shuffle_buffer': expected 0 .*; got 10000"):
-        from_config_dict(c)
+        check_training_config(loaded)
 
 
 @pytest.mark.parametrize("num_processes, process_id", [(2, 0), (2, 1), (4, 3)])
 def test_multi_process_settings_without_a_coordinator_address_are_an_error(num_processes,
                                                                             process_id):
+    c = base.get_config()
+    c.train.num_processes, c.train.process_id = num_processes, process_id
+    loaded = from_config_dict(c)  # loads (inference reads such config.json files)
     with pytest.raises(ConfigError, match=rf"'train.coordinator_address': expected host:port "
                        rf"of process 0 when train.num_processes={num_processes} and "
                        rf"train.process_id={process_id} .*; got ''"):
-        TrainConfig(num_processes=num_processes, process_id=process_id)
-    c = base.get_config()
-    c.train.num_processes, c.train.process_id = num_processes, process_id
-    with pytest.raises(ConfigError, match="train.coordinator_address"):
-        from_config_dict(c)
-    with_address = TrainConfig(num_processes=num_processes, process_id=process_id,
-                               coordinator_address="localhost:1234")
-    assert with_address.num_processes == num_processes
+        check_training_config(loaded)
+    c.train.coordinator_address = "localhost:1234"
+    check_training_config(from_config_dict(c))
     assert TrainConfig().coordinator_address == ""  # one process needs no address
 
 

@@ -134,13 +134,16 @@ class BatchOptions:
     def plan_options(self) -> dict[str, Any]:
         """The options that shape the global plan (not which shard this host takes).
 
-        accum_steps=1 is left out, so positions saved before the field existed still
-        resume; any other value changes the plan (it changes the rows per batch).
+        accum_steps is left out when it changes no batch's rows (always for 1), so
+        positions saved before the field existed still resume, including runs whose rows
+        happened to divide into their micro-batches; otherwise it is part of the plan.
         """
         d = dataclasses.asdict(self)
         for k in ("shard_index", "num_shards"):
             d.pop(k)
-        if d["accum_steps"] == 1:
+        widths = [self.pack_len] if self.pack else list(self.boundaries)
+        if all(rows_for(w, self.max_tokens, self.num_devices, self.accum_steps)
+               == rows_for(w, self.max_tokens, self.num_devices) for w in widths):
             d.pop("accum_steps")
         return d
 
