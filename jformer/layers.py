@@ -9,6 +9,7 @@ from flax import linen as nn
 from jformer.attention import MultiHeadAttention
 from jformer.config import ModelConfig
 from jformer.dropout import Dropout
+from jformer.layernorm import LayerNorm
 from jformer.matmul import dense_dot_general
 from jformer.types import Array
 
@@ -45,7 +46,7 @@ class Residual(nn.Module):
     cfg: ModelConfig
 
     def setup(self):
-        self.norm = nn.LayerNorm(epsilon=self.cfg.layer_norm_epsilon, dtype=dtype_of(self.cfg))
+        self.norm = LayerNorm(epsilon=self.cfg.layer_norm_epsilon, dtype=dtype_of(self.cfg))
         self.dropout = Dropout(self.cfg.dropout_rate)
 
     def __call__(self, x_BLD: Array, sublayer: Callable[[Array], Array],

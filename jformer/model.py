@@ -19,6 +19,7 @@ from jformer.config import ModelConfig
 from jformer.dropout import Dropout
 from jformer.embeddings import PositionalEncoding, TokenEmbedding
 from jformer.kv_cache import DecodeCache, claim_slots, init_beam_self_cache, init_self_cache
+from jformer.layernorm import LayerNorm
 from jformer.layers import (DecoderLayer, EncoderLayer, check_same_shape, check_tokens,
                             dtype_of)
 from jformer.types import Array
@@ -50,7 +51,7 @@ class _Stack(nn.Module):
         self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
         self.embed_dropout = Dropout(cfg.dropout_rate)
         if cfg.norm == "pre":  # pre-LN leaves the residual stream unnormalised
-            self.final_norm = nn.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg))
+            self.final_norm = LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg))
 
     def embed_tokens(self, tokens_BL: Array, positions_BL: Array, deterministic: bool) -> Array:
         x_BLD = self.embed(tokens_BL) + self.positional(positions_BL).astype(dtype_of(self.cfg))
