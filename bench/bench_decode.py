@@ -125,14 +125,15 @@ def recompute_search(params, inputs_BS, *, model_cfg: ModelConfig, spec: SearchS
 _RECOMPUTE = jax.jit(recompute_search, static_argnames=("model_cfg", "spec"))
 
 
-def _time(compiled, args, repeats: int) -> float:
+def _time(compiled, args, repeats: int, stat=statistics.median) -> float:
+    """``stat`` (default: the median) of ``repeats`` timed calls after a warm-up."""
     jax.block_until_ready(compiled(*args))  # warm-up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return stat(times)
 
 
 def _compile(jitted, args, **static):
@@ -182,13 +183,7 @@ def read_bandwidth(total_mb: int = 256, repeats: int = 10) -> float:
     decode steps, which read their weights with matrix products)."""
     data = jnp.ones((total_mb * 2 ** 20 // 4,), jnp.float32)
     compiled = jax.jit(jnp.max).lower(data).compile()
-    jax.block_until_ready(compiled(data))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(data))
-        best = min(best, time.perf_counter() - start)
-    return data.nbytes / 1e9 / best
+    return data.nbytes / 1e9 / _time(compiled, (data,), repeats, stat=min)
 
 
 def step_weight_bytes(cfg: ModelConfig, params) -> int:

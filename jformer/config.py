@@ -261,11 +261,17 @@ def from_config_dict(cfg: Mapping[str, Any], **model_overrides: Any) -> Config:
 def check_training_config(config: Config) -> None:
     """Checks that matter only to a training run (a config.json loaded for inference
     skips them, so workdirs written by older versions keep loading)."""
-    d, t = config.data, config.train
+    d = config.data
     _check(d.shuffle_buffer == 0, "data.shuffle_buffer",
            "0 (batches are shuffled over the whole in-memory epoch; a buffer size would "
            "have no effect)", d.shuffle_buffer)
-    if not t.coordinator_address:  # else every host would run as process 0 alone
+    check_coordinator(config.train)
+
+
+def check_coordinator(t: TrainConfig) -> None:
+    """A multi-process run needs train.coordinator_address (else every host would run
+    as process 0 alone)."""
+    if not t.coordinator_address:
         _check(t.num_processes == 1 and t.process_id == 0, "train.coordinator_address",
                f"host:port of process 0 when train.num_processes={t.num_processes} and "
                f"train.process_id={t.process_id} ask for a multi-process run",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -109,6 +110,11 @@ _NT = (((1,), (1,)), ((), ()))  # [N, D] x [V, D]^T
 _NN = (((1,), (0,)), ((), ()))  # [N, V] x [V, D]
 
 
+def _add_weighted(sums: tuple, stats: Sequence[Array], weights_c: Array) -> tuple:
+    """Running sums + each per-row statistic summed over the chunk with its row weights."""
+    return tuple(s + (v * weights_c).sum() for s, v in zip(sums, stats))
+
+
 def _chunk_logits(x_ND: Array, w_VD: Array, bias_V: Array | None) -> Array:
     """float32 logits x . w^T (+ bias) [N, V], from compute-dtype operands."""
     logits_NV = lax.dot_general(x_ND, w_VD, _NT, preferred_element_type=jnp.float32)
@@ -136,7 +142,7 @@ def _projected_sums(x_ND: Array, w_VD: Array, bias_V: Array | None, targets_N: A
         x_cD, targets_c, weights_c = chunk
         logits_cV = _chunk_logits(x_cD, w_VD, bias_V)
         stats = _token_stats(logits_cV, targets_c, label_smoothing)[:3]
-        return tuple(s + (v * weights_c).sum() for s, v in zip(sums, stats)), None
+        return _add_weighted(sums, stats, weights_c), None
 
     zero = jnp.zeros((), jnp.float32)
     return lax.scan(body, (zero,) * 3, _row_chunks(rows, x_ND, targets_N, weights_N))[0]
@@ -152,7 +158,7 @@ def _projected_sums_fwd(x_ND, w_VD, bias_V, targets_N, weights_N, label_smoothin
         x_cD, targets_c, weights_c = chunk
         logits_cV = _chunk_logits(x_cD, w_VD, bias_V)
         *stats, log_z_c = _token_stats(logits_cV, targets_c, label_smoothing)
-        sums = tuple(s + (v * weights_c).sum() for s, v in zip(sums, stats))
+        sums = _add_weighted(sums, stats, weights_c)
         g_cV = _logits_grad(logits_cV, targets_c, log_z_c, weights_c,
                             jnp.zeros_like(weights_c), label_smoothing)
         if bias_V is not None:

@@ -233,7 +233,12 @@ class Transformer(nn.Module):
         states = self._teacher_forced(inputs, targets, inputs_segmentation,
                                       targets_segmentation, inputs_position, targets_position,
                                       deterministic, False)
-        return (states, *self.decoder.output_layer())
+        return (states, *self.output_layer())
+
+    def output_layer(self) -> tuple[Array, Array | None]:
+        """The output projection: (weights [vocab, d_model] in the compute dtype, float32
+        bias [vocab] or None); the tied embedding when ``tie_output``."""
+        return self.decoder.output_layer()
 
     def _teacher_forced(self, inputs, targets, inputs_segmentation, targets_segmentation,
                         inputs_position, targets_position, deterministic, project):

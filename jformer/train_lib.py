@@ -45,8 +45,7 @@ def maybe_initialize_distributed(cfg: config_lib.TrainConfig | Mapping[str, Any]
     if not isinstance(cfg, config_lib.TrainConfig):
         raw = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
         cfg = config_lib.from_config_dict({"train": raw}).train
-    config_lib.check_training_config(config_lib.Config(
-        config_lib.ModelConfig(), config_lib.DataConfig(), cfg, config_lib.DecodeConfig()))
+    config_lib.check_coordinator(cfg)
     if not cfg.coordinator_address:
         return
     # Cross-process collectives on CPU devices (tests, CPU clusters) go through gloo;

@@ -37,7 +37,6 @@ from jformer.beam_search import beam_search
 from jformer.config import Config, DecodeConfig, ModelConfig, from_config_dict
 from jformer.data.pipeline import tokenizer_path
 from jformer.kv_cache import DecodeCache, reorder_slots
-from jformer.layers import dtype_of
 from jformer.masks import NEG_INF
 from jformer.model import Transformer
 from jformer.sharding import AXIS, make_mesh
@@ -121,10 +120,11 @@ def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
     """
     if not model_cfg.tie_output:
         return None
-    name = "shared_embedding" if model_cfg.share_embeddings else "target_embedding"
-    dtype = dtype_of(model_cfg)
-    # In the compute dtype: a bf16 step then reads it without converting 8 MB every step.
-    return jax.jit(lambda e: e.T.astype(dtype))(params[name]["embedding"])
+    # In the compute dtype (as output_layer gives it): a bf16 step then reads it without
+    # converting 8 MB every step.
+    model = Transformer(model_cfg)
+    return jax.jit(lambda p: model.apply({"params": p},
+                                         method=Transformer.output_layer)[0].T)(params)
 
 
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
