@@ -117,8 +117,7 @@ def recompute_search(params, inputs_BS, *, model_cfg: ModelConfig, spec: SearchS
                   min_len=spec.min_len, bos_id=model_cfg.bos_id, eos_id=model_cfg.eos_id,
                   pad_id=model_cfg.pad_id)
     if spec.method == "beam":
-        return beam_search(step_fn, prefix_BT, beam_size=width, alpha=spec.alpha,
-                           **common).tokens
+        return beam_search(step_fn, prefix_BT, beam_size=width, alpha=ALPHA, **common).tokens
     return decode.greedy_search(step_fn, prefix_BT, **common).tokens[:, None]
 
 
@@ -149,11 +148,12 @@ def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int
     rng = np.random.default_rng(batch * 7 + beam)
     inputs_BS = rng.integers(4, cfg.vocab_size, (batch, SRC_LEN)).astype(np.int32)
     inputs_BS[:, -1] = cfg.eos_id
-    spec = SearchSpec("beam" if beam > 1 else "greedy", beam, ALPHA if beam > 1 else 0.0,
-                      max_len=gen_len, min_len=gen_len, chunk_size=chunk_size)
+    spec = SearchSpec("beam" if beam > 1 else "greedy", beam, max_len=gen_len,
+                      min_len=gen_len, chunk_size=chunk_size)
     # Prepared once per model, like Translator does (not part of a decode call).
     output_DV = jax.block_until_ready(output_matrix(cfg, params))
-    args = (params, output_DV, inputs_BS, np.ones(batch, bool), jax.random.key(0))
+    args = (params, output_DV, inputs_BS, np.ones(batch, bool), jax.random.key(0),
+            np.float32(ALPHA if beam > 1 else 0.0))
     split = devices > 1 and batch % devices == 0
     if split:
         mesh = make_mesh(jax.devices()[:devices])

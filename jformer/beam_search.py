@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jformer.decode import (DecodeResult, StepFn, call_step_fn, check_search_args,
-                            chunked_decode_loop, fast_top_k, length_penalty)
+from jformer.decode import (DecodeResult, StepFn, call_step_fn, check_knob,
+                            check_search_args, chunked_decode_loop, fast_top_k,
+                            length_penalty)
 from jformer.types import PyTree
 
 
@@ -65,7 +66,7 @@ def _top_extensions(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, j
 
 
 def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder, *,
-               max_len: int, alpha: float, eos_id: int, pad_id: int,
+               max_len: int, alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int,
                min_len: int, n_best: int = 1) -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values."""
     batch, w = c.prev_BW.shape
@@ -118,7 +119,7 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
                                            > best_alive_bound_B))
 
 
-def _final_beams(c: _BeamCarry, *, alpha: float, eos_id: int,
+def _final_beams(c: _BeamCarry, *, alpha: jax.typing.ArrayLike, eos_id: int,
                  pad_id: int) -> tuple[jax.Array, ...]:
     """Best W per row: finished first, then (flagged) alive ones, each by score.
 
@@ -147,7 +148,7 @@ def _final_beams(c: _BeamCarry, *, alpha: float, eos_id: int,
 
 
 def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: int,
-                max_len: int, alpha: float, bos_id: int, eos_id: int, pad_id: int,
+                max_len: int, alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int, pad_id: int,
                 chunk_size: int = 8, min_len: int = 0,
                 reorder: Reorder | None = None, n_best: int = 1) -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
@@ -165,7 +166,9 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         [B, W] the beam each new hypothesis extends (e.g. a slot-addressed KV cache that
         only remaps a small table); None: :func:`gather_rows` of the tiled state.
       batch_size, beam_size, max_len: output tokens are [B, W, max_len].
-      alpha: length-penalty exponent >= 0 (0: plain log-prob sums).
+      alpha: length-penalty exponent >= 0 (0: plain log-prob sums); a float, or a float
+        scalar array (traced: changing it does not recompile; >= 0 is then the
+        caller's to ensure).
       bos_id, eos_id, pad_id: special ids (from the tokenizer / ModelConfig).
       chunk_size: decode steps between early-exit checks.
       min_len: EOS is forbidden before output position ``min_len``.
@@ -182,8 +185,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                                    eos_id=eos_id, pad_id=pad_id)
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1; got {beam_size!r}")
-    if not isinstance(alpha, (int, float)) or alpha < 0:
-        raise ValueError(f"alpha must be a float >= 0; got {alpha!r}")
+    check_knob(alpha, "alpha", strict=False)
     if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}]; "
                          f"got {n_best!r}")

@@ -29,6 +29,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jformer.types import PyTree
@@ -54,13 +55,13 @@ class DecodeResult(NamedTuple):
     num_steps: jax.Array
 
 
-def length_penalty(length: jax.typing.ArrayLike, alpha: float) -> jax.Array:
+def length_penalty(length: jax.typing.ArrayLike, alpha: jax.typing.ArrayLike) -> jax.Array:
     """GNMT length penalty lp = ((5 + length) / 6) ** alpha (Wu et al. 2016; paper 6.1).
 
     Beam search divides a finished hypothesis' log-prob sum by ``lp(length)`` where
     ``length`` counts the EOS token. Returns float32 with the shape of ``length``.
     """
-    return jnp.power((5.0 + jnp.asarray(length, jnp.float32)) / 6.0, jnp.float32(alpha))
+    return jnp.power((5.0 + jnp.asarray(length, jnp.float32)) / 6.0, jnp.asarray(alpha, jnp.float32))
 
 
 # --------------------------------------------------------------------------- validation
@@ -69,6 +70,20 @@ def length_penalty(length: jax.typing.ArrayLike, alpha: float) -> jax.Array:
 def _require(cond: bool, name: str, expected: str, got: object) -> None:
     if not cond:
         raise ValueError(f"{name} must be {expected}; got {got!r}")
+
+
+def check_knob(value: object, name: str, *, strict: bool) -> None:
+    """A search setting that may be traced (alpha, temperature): a Python number must be
+    > 0 (``strict``) or >= 0; an array must be a float scalar (its value, unknown while
+    tracing, is the caller's to check)."""
+    expected = "a float > 0" if strict else "a float >= 0"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        _require(value > 0 if strict else value >= 0, name, expected, value)
+    else:
+        _require(isinstance(value, (jax.Array, np.ndarray, np.floating))
+                 and jnp.ndim(value) == 0 and jnp.issubdtype(jnp.result_type(value),
+                                                              jnp.floating),
+                 name, f"{expected} or a float scalar array", value)
 
 
 def _as_int(value: object, name: str, minimum: int) -> int:
@@ -271,17 +286,17 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
 
 
 def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
-           max_len: int, temperature: float = 1.0, top_k: int = 0, bos_id: int,
+           max_len: int, temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0, bos_id: int,
            eos_id: int, pad_id: int, chunk_size: int = 8, min_len: int = 0) -> DecodeResult:
     """Ancestral sampling from softmax(logits / temperature), optionally top-k filtered.
 
     Step ``t`` draws with ``jax.random.fold_in(rng, t)``, so the output depends only on
-    ``rng`` (not on ``chunk_size``). ``top_k=0`` samples from the full vocabulary;
+    ``rng`` (not on ``chunk_size``). ``temperature``: a float, or a float scalar array
+    (traced: changing it does not recompile; > 0 is then the caller's to ensure). ``top_k=0`` samples from the full vocabulary;
     ``top_k=1`` is greedy. Scores are the model's (untempered, unfiltered) log-probs of
     the sampled tokens. Other arguments and the result are as in :func:`greedy_search`.
     """
-    _require(isinstance(temperature, (int, float)) and temperature > 0, "temperature",
-             "a float > 0", temperature)
+    check_knob(temperature, "temperature", strict=True)
     top_k = _as_int(top_k, "top_k", 0)
 
     def choose(logp_BV: jax.Array, step: jax.Array) -> jax.Array:

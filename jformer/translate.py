@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import json
 import math
+import numbers
 import os
 import warnings
 from typing import Any, NamedTuple, Sequence
@@ -89,14 +90,16 @@ class Hypothesis(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class SearchSpec:
-    """The static (compile-time) settings of one search; part of the jit cache key."""
+    """The static (compile-time) settings of one search; part of the jit cache key.
+
+    The length-penalty ``alpha`` and the sampling ``temperature`` are not here: they are
+    traced arguments of :func:`decode_batch`, so sweeping them does not recompile.
+    """
 
     method: str = "greedy"  # greedy | beam | sample
     beam_size: int = 1
-    alpha: float = 0.0
     max_len: int = 32  # output positions (the cache length)
     min_len: int = 0  # EOS forbidden before this position (benchmarks force lengths)
-    temperature: float = 1.0
     top_k: int = 0
     chunk_size: int = 8
     n_best: int = 1  # beam: stop a row once this many finished ones can't be beaten
@@ -186,8 +189,9 @@ def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "spec"))
 def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, valid_B: Array,
-                 rng: Array, *, model_cfg: ModelConfig, spec: SearchSpec
-                 ) -> decode.DecodeResult:
+                 rng: Array, alpha: jax.typing.ArrayLike = 0.0,
+                 temperature: jax.typing.ArrayLike = 1.0, *, model_cfg: ModelConfig,
+                 spec: SearchSpec) -> decode.DecodeResult:
     """Encode + init cache + search for one batch, as one compiled program.
 
     Args:
@@ -196,6 +200,8 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
       inputs_BS: int32 [batch, src_len] source ids (EOS-terminated, pad_id-padded).
       valid_B: bool [batch]; False rows are padding and finish at once.
       rng: a PRNG key (used by sampling only).
+      alpha: beam search's length-penalty exponent (>= 0, checked by the caller).
+      temperature: sampling's temperature (> 0, checked by the caller).
     Returns:
       DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
       finished [batch, beam] (beam = 1 for greedy and sampling).
@@ -210,10 +216,10 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
     common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
                   chunk_size=spec.chunk_size, min_len=spec.min_len, **ids)
     if beam:
-        return beam_search(step_fn, state, beam_size=spec.beam_size, alpha=spec.alpha,
+        return beam_search(step_fn, state, beam_size=spec.beam_size, alpha=alpha,
                            reorder=reorder_beam_state, n_best=spec.n_best, **common)
     if spec.method == "sample":
-        out = decode.sample(step_fn, state, rng, temperature=spec.temperature,
+        out = decode.sample(step_fn, state, rng, temperature=temperature,
                             top_k=spec.top_k, **common)
     else:
         out = decode.greedy_search(step_fn, state, **common)
@@ -224,8 +230,10 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "spec", "mesh"))
 def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Array,
-                          valid_B: Array, rng: Array, *, model_cfg: ModelConfig,
-                          spec: SearchSpec, mesh: jax.sharding.Mesh) -> decode.DecodeResult:
+                          valid_B: Array, rng: Array, alpha: jax.typing.ArrayLike = 0.0,
+                          temperature: jax.typing.ArrayLike = 1.0, *,
+                          model_cfg: ModelConfig, spec: SearchSpec,
+                          mesh: jax.sharding.Mesh) -> decode.DecodeResult:
     """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
 
     Each device decodes its contiguous share of the batch rows (B must be a multiple of
@@ -234,15 +242,16 @@ def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Ar
     products may differ). Sampling folds the device index into ``rng``. ``num_steps`` is
     the largest over the devices.
     """
-    def local(p, o, x, v, r):
+    def local(p, o, x, v, r, a, t):
         r = jax.random.fold_in(r, jax.lax.axis_index(AXIS))
-        out = decode_batch(p, o, x, v, r, model_cfg=model_cfg, spec=spec)
+        out = decode_batch(p, o, x, v, r, a, t, model_cfg=model_cfg, spec=spec)
         return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
 
     rows = P(AXIS)
-    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, P()),
+    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, P(), P(), P()),
                         out_specs=decode.DecodeResult(rows, rows, rows, rows, rows),
-                        check_vma=False)(params, output_DV, inputs_BS, valid_B, rng)
+                        check_vma=False)(params, output_DV, inputs_BS, valid_B, rng,
+                                         jnp.float32(alpha), jnp.float32(temperature))
     return out._replace(num_steps=out.num_steps.max())
 
 
@@ -373,16 +382,15 @@ class Translator:
                 for bucket, idx in sorted(by_bucket.items())
                 for start in range(0, len(idx), batch_size)]
 
-    def _spec(self, method: str, beam_size: int, alpha: float, max_len: int,
-              temperature: float, top_k: int, n_best: int) -> SearchSpec:
+    def _spec(self, method: str, beam_size: int, max_len: int, top_k: int,
+              n_best: int) -> SearchSpec:
         """Normalised spec: fields a method ignores keep defaults (fewer compiles)."""
         if method == "beam" and beam_size > 1:
-            return SearchSpec("beam", beam_size, float(alpha), max_len,
-                              chunk_size=self.chunk_size, n_best=n_best)
+            return SearchSpec("beam", beam_size, max_len, chunk_size=self.chunk_size,
+                              n_best=n_best)
         if method == "sample":
-            return SearchSpec("sample", 1, 0.0, max_len, temperature=float(temperature),
-                              top_k=top_k, chunk_size=self.chunk_size)
-        return SearchSpec("greedy", 1, 0.0, max_len, chunk_size=self.chunk_size)
+            return SearchSpec("sample", 1, max_len, top_k=top_k, chunk_size=self.chunk_size)
+        return SearchSpec("greedy", 1, max_len, chunk_size=self.chunk_size)
 
     # ------------------------------------------------------------------ translation
     def translate(self, sentences: Sequence[str], beam_size: int | None = None,
@@ -420,11 +428,11 @@ class Translator:
         beam_size = cfg.beam_size if beam_size is None else beam_size
         alpha = cfg.alpha if alpha is None else alpha
         batch_size = cfg.batch_size if batch_size is None else batch_size
-        _check_args(method, beam_size, alpha, n_best, batch_size, max_len)
+        temperature = cfg.temperature if temperature is None else temperature
+        _check_args(method, beam_size, alpha, temperature, n_best, batch_size, max_len)
         if self.mesh is not None and batch_size % self.mesh.size:
             raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
                              f"(each device decodes an equal share); got {batch_size}")
-        temperature = cfg.temperature if temperature is None else temperature
         top_k = cfg.top_k if top_k is None else top_k
         rng = jax.random.key(0) if rng is None else rng
         sources = self.encode_sources(sentences)
@@ -433,12 +441,12 @@ class Translator:
         for batch_no, (bucket, idx) in enumerate(self._plan(sources, batch_size)):
             out_len = (output_len(bucket, self.model_cfg, cfg, self.chunk_size)
                        if max_len is None else min(max_len, self.model_cfg.max_len))
-            spec = self._spec(method, beam_size, alpha, out_len, temperature, top_k, n_best)
+            spec = self._spec(method, beam_size, out_len, top_k, n_best)
             rows = padded_rows(len(idx), batch_size,
                                1 if self.mesh is None else self.mesh.size)
             hyps = self._decode([sources[i] for i in idx], bucket, rows, spec,
                                 jax.random.fold_in(rng, batch_no),
-                                alpha if method == "beam" else 0.0, n_best)
+                                alpha if method == "beam" else 0.0, temperature, n_best)
             for i, h in zip(idx, hyps):
                 results[i] = h
         if not return_scores:
@@ -446,7 +454,8 @@ class Translator:
         return [r if n_best > 1 else r[0] for r in results]
 
     def _decode(self, rows: list[np.ndarray], bucket: int, batch_size: int, spec: SearchSpec,
-                rng: Array, alpha: float, n_best: int) -> list[list[Hypothesis]]:
+                rng: Array, alpha: float, temperature: float,
+                n_best: int) -> list[list[Hypothesis]]:
         """Decodes one batch (rows padded to [batch_size, bucket]); n_best per real row."""
         cfg = self.model_cfg
         inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
@@ -454,12 +463,14 @@ class Translator:
         for r, ids in enumerate(rows):
             inputs_BS[r, :len(ids)] = ids
         valid_B = np.arange(batch_size) < len(rows)
+        # Traced float32 scalars: another alpha or temperature reuses the compiled search.
+        knobs = (np.float32(alpha), np.float32(temperature))
         if self.mesh is None:
-            out = decode_batch(self.params, self.output_DV, inputs_BS, valid_B, rng,
+            out = decode_batch(self.params, self.output_DV, inputs_BS, valid_B, rng, *knobs,
                                model_cfg=cfg, spec=spec)
         else:
             out = decode_batch_parallel(self.params, self.output_DV, inputs_BS, valid_B, rng,
-                                        model_cfg=cfg, spec=spec, mesh=self.mesh)
+                                        *knobs, model_cfg=cfg, spec=spec, mesh=self.mesh)
         n = len(rows)
         tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
         scores_NW = np.asarray(out.scores)[:n, :n_best].astype(np.float64)
@@ -494,8 +505,8 @@ def padded_rows(rows: int, batch_size: int, devices: int = 1) -> int:
     return min(padded, batch_size)
 
 
-def _check_args(method: str, beam_size: int, alpha: float, n_best: int, batch_size: int,
-                max_len: int | None) -> None:
+def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
+                n_best: int, batch_size: int, max_len: int | None) -> None:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}")
     for name, value in (("beam_size", beam_size), ("n_best", n_best),
@@ -504,8 +515,10 @@ def _check_args(method: str, beam_size: int, alpha: float, n_best: int, batch_si
             raise ValueError(f"{name} must be a positive int; got {value!r}")
     if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
         raise ValueError(f"max_len must be a positive int or None; got {max_len!r}")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0; got {alpha!r}")
+    for name, value, low in (("alpha", alpha, ">= 0"), ("temperature", temperature, "> 0")):
+        if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+                or not math.isfinite(value) or (value < 0 if low == ">= 0" else value <= 0)):
+            raise ValueError(f"{name} must be a finite number {low}; got {value!r}")
     widest = beam_size if method == "beam" else 1
     if n_best > widest:
         raise ValueError(f"n_best must be <= {widest} for method={method!r} with "

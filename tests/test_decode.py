@@ -248,6 +248,16 @@ def test_alpha_changes_the_winner():
         expected = seq_logp(table[1], winner) / ((5 + len(winner)) / 6) ** alpha
         np.testing.assert_allclose(out.scores[1, 0], expected, rtol=1e-5)
         assert brute_force_best(lambda s: seq_logp(table[1], s), 6, V, alpha)[0] == winner
+    # alpha as a traced scalar: one compiled search serves both values.
+    search = jax.jit(lambda a: beam_search(table_step_fn(jnp.asarray(table, jnp.float32)),
+                                           rows_state(B), beam_size=W, alpha=a, batch_size=B,
+                                           max_len=6, chunk_size=4, **IDS))
+    for alpha, winner in ((0.0, short), (1.5, long_)):
+        out = search(jnp.float32(alpha))
+        assert strip(out.tokens[1, 0], out.lengths[1, 0]) == winner
+        np.testing.assert_allclose(out.scores[1, 0], run_beam(table, 6, alpha).scores[1, 0],
+                                   rtol=1e-6)
+    assert search._cache_size() == 1
 
 
 @pytest.mark.parametrize("use_jit", [True, False])
@@ -440,12 +450,18 @@ def test_bad_arguments_raise_value_error():
         beam_search(step_fn, state, beam_size=0, alpha=0.6, **kw)
     with pytest.raises(ValueError, match="alpha"):
         beam_search(step_fn, state, beam_size=W, alpha=-1.0, **kw)
+    with pytest.raises(ValueError, match="alpha must be a float >= 0 or a float scalar"):
+        beam_search(step_fn, state, beam_size=W, alpha=jnp.ones(2), **kw)
+    with pytest.raises(ValueError, match="alpha must be a float >= 0 or a float scalar"):
+        beam_search(step_fn, state, beam_size=W, alpha="0.6", **kw)
     with pytest.raises(ValueError, match="state leaf"):
         greedy_search(step_fn, rows_state(B + 2), **kw)
     with pytest.raises(ValueError, match="max_len"):
         greedy_search(step_fn, state, **{**kw, "max_len": 0})
     with pytest.raises(ValueError, match="temperature"):
         sample(step_fn, state, jax.random.key(0), temperature=0.0, **kw)
+    with pytest.raises(ValueError, match="temperature must be a float > 0 or a float scalar"):
+        sample(step_fn, state, jax.random.key(0), temperature=jnp.int32(2), **kw)
     with pytest.raises(ValueError, match="top_k"):
         sample(step_fn, state, jax.random.key(0), top_k=V + 1, **kw)
     with pytest.raises(ValueError, match="logits"):

@@ -196,6 +196,30 @@ def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
         Translator(cfg, params, tok, DECODE, devices=len(jax.local_devices()) + 1)
 
 
+def test_alpha_and_temperature_sweeps_reuse_the_compiled_search(translator):
+    # Tuning the length penalty on a dev set: one program per shape, not per value.
+    base = translator.translate(SHORT, beam_size=3, alpha=0.0, return_scores=True)
+    sample = functools.partial(translator.translate, SHORT, method="sample",
+                               rng=jax.random.key(3))
+    cold = sample(temperature=0.05)
+    before = translate.trace_count()
+    for alpha in (0.3, 1.0, 2.5):
+        hyps = translator.translate(SHORT, beam_size=3, alpha=alpha, return_scores=True)
+        same = [(h, b) for h, b in zip(hyps, base) if np.array_equal(h.ids, b.ids)]
+        assert same
+        for h, b in same:  # alpha is applied, not a stale compiled constant
+            assert h.score * ((5 + len(h.ids)) / 6) ** alpha == pytest.approx(b.score,
+                                                                               rel=1e-5)
+    hot = sample(temperature=50.0)
+    assert translate.trace_count() == before
+    assert sample(temperature=0.05) == cold  # temperature is applied, too
+    assert hot != cold
+    with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
+        translator.translate(SHORT, alpha=float("nan"))
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        translator.translate(SHORT, method="sample", temperature=0.0)
+
+
 def test_compilations_stay_bounded_over_mixed_lengths(translator):
     words, rng = words_of_corpus(), random.Random(0)
     calls = [[" ".join(rng.choices(words, k=rng.randint(1, 40)))
@@ -233,7 +257,7 @@ def test_short_batches_run_on_fewer_rows(translator, monkeypatch):
 
 def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator):
     cfg = translator.model_cfg
-    spec = translator._spec("greedy", 1, 0.0, 24, 1.0, 0, 1)  # the 16-token bucket's
+    spec = translator._spec("greedy", 1, 24, 0, 1)  # the 16-token bucket's
     inputs_BS = np.full((DECODE.batch_size, 16), cfg.pad_id, np.int32)
     inputs_BS[:, 0] = cfg.eos_id
     out = translate.decode_batch(translator.params, translator.output_DV, inputs_BS,
