@@ -7,9 +7,16 @@ them end in EOS; EOS candidates move to the finished set scored
 ``log_prob_sum / length_penalty(length)`` (``length`` counts EOS) and are never extended.
 
 A row is done when its best (or, asked for n-best lists, its n-th best) finished score
-beats the best score any alive hypothesis can still reach, ``best_alive_log_prob / length_penalty(max_len)`` (log-probs only
-decrease and, for alpha >= 0, the penalty grows with length). Its outputs then freeze,
-so each row's result is what it would get decoded alone. See :mod:`jformer.decode` for
+beats the best score any alive hypothesis can still reach,
+``best_alive_log_prob / length_penalty(max_len)`` (log-probs only decrease and, for
+alpha >= 0, the penalty grows with length). Its outputs then freeze, so each row's
+result is what it would get decoded alone.
+
+The last position (``max_len - 1``) forces EOS, as fairseq does: hypotheses still alive
+there finish, paying their EOS log-prob, and compete on score with the others. Without
+it a row cut off at max_len would return any finished hypothesis, however poor (an
+immediate EOS, say), before a far better one that merely needed more room. (Where
+``min_len`` or the step function forbids EOS there, alive hypotheses stay unfinished.) See :mod:`jformer.decode` for
 the step function, the step/cache contract and the chunked early-exit loop.
 """
 from __future__ import annotations
@@ -75,6 +82,10 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     vocab = logp_NV.shape[-1]
     if vocab < 2:  # top 2W of W*V candidates
         raise ValueError(f"step_fn's vocab must be >= 2 for beam search; got {vocab}")
+    if min_len < max_len:  # EOS is allowed at the last position: force it there
+        # (rows whose step_fn gives EOS no probability at all stay alive, unfinished)
+        force_N1 = (step == max_len - 1) & (logp_NV[:, eos_id:eos_id + 1] > -jnp.inf)
+        logp_NV = jnp.where(force_N1 & (jnp.arange(vocab) != eos_id), -jnp.inf, logp_NV)
     # [B*W, V] -> [B, W, V]: extend every alive hypothesis by every token.
     ext_BWV = logp_NV.reshape(batch, w, vocab) + c.alive_logp_BW[:, :, None]
     cand_logp_BC, parent_BC, token_BC = _top_extensions(ext_BWV, 2 * w)
@@ -177,8 +188,9 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       DecodeResult, each row's hypotheses sorted best first (finished before unfinished):
       tokens int32 [B, W, max_len] (EOS included, pad_id after), scores float32 [B, W]
       (log-prob sum / length_penalty(lengths)), lengths int32 [B, W] (EOS counted),
-      finished bool [B, W] (False: an alive hypothesis returned because fewer than W
-      finished), num_steps.
+      finished bool [B, W] (False: an alive hypothesis, returned because fewer than W
+      finished before the row stopped; at max_len EOS is forced, so a finished
+      hypothesis of length max_len may have been cut there), num_steps.
     """
     chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
                                    chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,

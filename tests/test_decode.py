@@ -330,6 +330,28 @@ def test_n_best_keeps_rows_going_until_that_many_finished():
         run_beam(table, max_len, alpha=0.6, n_best=W + 1)
 
 
+def test_eos_is_forced_at_max_len_so_cut_off_hypotheses_compete_on_score():
+    # The likely outputs need more than max_len = 3 positions: x then y or y2, then
+    # peaked, non-EOS continuations, enough of them (8 > 2W) that "x y EOS" is not among
+    # the 2W candidates of the last step. Only unlikely outputs end in time (EOS at once,
+    # or after another first token). EOS forced at the last position lets "x y EOS"
+    # (EOS there has prob 0.01) win on score instead of one of those.
+    x, y, y2 = 0, 2, 3
+    tail = {0: 0.5, 2: 0.2, 3: 0.15, 5: 0.1, EOS: 0.01}
+    table = probs_table(B, 3, {(0, BOS): {x: 0.9, EOS: 0.0005},
+                               (1, x): {y: 0.6, y2: 0.35, EOS: 1e-6},
+                               (2, y): tail, (2, y2): tail})
+    out = run_beam(table, 3, alpha=0.6)
+    best, best_score = brute_force_best(lambda s: seq_logp(table[0], s), 3, V, 0.6)
+    assert best == [x, y, EOS]
+    assert strip(out.tokens[0, 0], out.lengths[0, 0]) == best and bool(out.finished[0, 0])
+    np.testing.assert_allclose(out.scores[0, 0], best_score, rtol=1e-5)
+    # Every hypothesis ends by max_len; all W are finished and sorted.
+    assert np.all(np.asarray(out.finished)) and np.all(np.diff(out.scores, axis=1) <= 0)
+    kept = run_beam(table, 3, alpha=0.6, min_len=3)  # EOS is never allowed: no forcing
+    assert not np.any(np.asarray(kept.finished))
+
+
 def test_alive_hypotheses_are_returned_flagged_when_none_finish():
     max_len = 5
     table = random_table(6, steps=max_len)
