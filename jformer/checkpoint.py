@@ -310,9 +310,14 @@ def _resolve_step(manager: ocp.CheckpointManager, directory: str, step: int | No
 
 def _state_metadata(manager: ocp.CheckpointManager, step: int) -> PyTree:
     """The saved state's tree of array metadata (nested dicts and lists)."""
-    metadata = manager.item_metadata(step)[STATE_ITEM]
+    try:
+        metadata = manager.item_metadata(step)[STATE_ITEM]
+    except KeyError:  # orbax: "Unknown key" when the step folder lacks the item
+        metadata = None
     if metadata is None:
-        raise ValueError(f"checkpoint {manager.directory}/{step} has no '{STATE_ITEM}' item")
+        raise ValueError(f"checkpoint {manager.directory}/{step} has no '{STATE_ITEM}' item "
+                         "(an incomplete or foreign folder): remove it, or pick another "
+                         "step")
     return getattr(metadata, "tree", metadata)
 
 

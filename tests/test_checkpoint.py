@@ -232,6 +232,10 @@ def test_errors_without_checkpoints(tmp_path):
             ckpt.restore(abstract_state={})
     with pytest.raises(ValueError, match="keep must be a positive int; got 0"):
         Checkpointer(tmp_path, keep=0, save_every=1)
+    # A step folder made by hand (or by another tool): one line naming it.
+    (tmp_path / "hand" / "7").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"hand/7 has no 'state' item \(an incomplete"):
+        checkpoint.restore_params(tmp_path / "hand")
 
 
 def test_save_rejects_bad_arguments(tmp_path):
