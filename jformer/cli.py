@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import itertools
 import logging
 import os
 import sys
-from typing import Iterable, Iterator, Sequence, TextIO
+import warnings
+from typing import Iterable, Sequence, TextIO
 
 EXIT_ERROR = 1
 DEFAULT_CHUNK_LINES = 1000
@@ -117,15 +117,11 @@ def _translator(args: argparse.Namespace):
 def _search_kwargs(args: argparse.Namespace) -> dict:
     import jax
 
+    if not 0 <= args.seed < 2 ** 63:
+        raise ValueError(f"--seed must be an int in [0, 2**63); got {args.seed}")
     return dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
                 max_len=args.max_len, method=args.method, temperature=args.temperature,
                 top_k=args.top_k, rng=jax.random.key(args.seed))
-
-
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    it = iter(lines)
-    while chunk := list(itertools.islice(it, size)):
-        yield [line.rstrip("\r\n") for line in chunk]
 
 
 def _one_line(text: str) -> str:
@@ -133,27 +129,36 @@ def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ")
 
 
-def _translate_stream(translator, lines: Iterable[str], out: TextIO, kwargs: dict,
-                      chunk_lines: int, quiet: bool, name: str) -> list[str]:
-    """Translates ``lines`` chunk by chunk, writing (and flushing) each chunk in order.
+def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwargs: dict,
+                      quiet: bool, name: str) -> list[str]:
+    """Translates ``chunks`` (lists of lines) in order, writing and flushing each one.
 
     Chunk c samples with ``fold_in(rng, c)``: without it every chunk would restart the
-    per-batch keys and repeat the first chunk's samples. ``name`` (the input) and the
-    line number go into the error for an overlong line."""
+    per-batch keys and repeat the first chunk's samples. An overlong line's error, or
+    its truncation warning, names ``name`` (the input) and the line number."""
     import jax
     from tqdm import tqdm
 
-    from jformer.translate import OverlongError
+    from jformer.translate import OverlongError, OverlongWarning
 
-    hyps = []
+    translator.translate([], **kwargs)  # checks the search arguments, before any output
+    hyps: list[str] = []
     with tqdm(unit="sent", file=sys.stderr, disable=quiet, desc="translating") as bar:
-        for chunk_no, chunk in enumerate(_chunks(lines, chunk_lines)):
+        for chunk_no, chunk in enumerate(chunks):
             chunk_kwargs = dict(kwargs, rng=jax.random.fold_in(kwargs["rng"], chunk_no))
+            first_line = len(hyps) + 1
             try:
-                texts = translator.translate(chunk, **chunk_kwargs)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", OverlongWarning)
+                    texts = translator.translate(chunk, **chunk_kwargs)
             except OverlongError as e:
-                line = chunk_no * chunk_lines + e.index + 1
-                raise ValueError(f"{name} line {line}: {e.detail}") from e
+                raise ValueError(f"{name} line {first_line + e.index}: {e.detail}") from e
+            for w in caught:  # the chunk's positions as the input's line numbers
+                if isinstance(w.message, OverlongWarning):
+                    bar.write(f"warning: {name} line {first_line + w.message.index}: "
+                              f"{w.message.detail}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
             for text in texts:
                 out.write(_one_line(text) + "\n")
                 hyps.append(text)
@@ -162,41 +167,35 @@ def _translate_stream(translator, lines: Iterable[str], out: TextIO, kwargs: dic
     return hyps
 
 
-def _std_stream(stream: TextIO, mode: str) -> TextIO:
-    """stdin / stdout as UTF-8 with lines split at "\\n" only, as files are read here
-    (the locale's encoding and universal newlines would disagree with them)."""
-    if not hasattr(stream, "buffer"):  # already a plain text stream (e.g. in tests)
-        return stream
-    return io.TextIOWrapper(stream.buffer, encoding="utf-8", newline="\n",
-                            write_through=mode == "w")
-
-
-def _open_in(path: str) -> TextIO:
-    # newline="\n": a stray "\r" inside a line stays in it (universal newlines would
-    # split there and shift every later output line against the input).
-    return (_std_stream(sys.stdin, "r") if path == "-"
-            else open(path, encoding="utf-8", newline="\n"))
-
-
 def _open_out(path: str) -> TextIO:
-    return _std_stream(sys.stdout, "w") if path == "-" else open(path, "w", encoding="utf-8")
+    """The output file, or stdout as UTF-8 (not the locale's encoding) with "\\n" line
+    ends, as files are written here."""
+    if path != "-":
+        return open(path, "w", encoding="utf-8")
+    if not hasattr(sys.stdout, "buffer"):  # already a plain text stream (e.g. in tests)
+        return sys.stdout
+    return io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n",
+                            write_through=True)
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
     if args.chunk_lines < 1:
         raise ValueError(f"--chunk-lines must be >= 1; got {args.chunk_lines}")
+    from jformer.textio import line_batches
+
     translator = _translator(args)
     with contextlib.ExitStack() as stack:  # releases what was opened, even on errors
-        src = _open_in(args.input)
-        stack.callback(_release, src, sys.stdin)
+        # Bytes, decoded line by line (jformer.textio): stdin is never wrapped or closed.
+        src = sys.stdin if args.input == "-" else stack.enter_context(open(args.input, "rb"))
         out = _open_out(args.output)
         stack.callback(_release, out, sys.stdout)
-        _translate_stream(translator, src, out, _search_kwargs(args), args.chunk_lines,
-                          args.quiet, "stdin" if args.input == "-" else args.input)
+        name = "stdin" if args.input == "-" else args.input
+        _translate_stream(translator, line_batches(src, name, args.chunk_lines), out,
+                          _search_kwargs(args), args.quiet, name)
 
 
 def _release(f: TextIO, std: TextIO) -> None:
-    """Closes a file; a wrapper of stdin/stdout is detached instead (closing, or
+    """Closes a file; a wrapper of stdout is detached instead (closing, or
     garbage-collecting, it would close the process's own stream)."""
     if f is std:
         return
@@ -206,15 +205,12 @@ def _release(f: TextIO, std: TextIO) -> None:
         f.close()
 
 
-def _read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8", newline="\n") as f:
-        return [line.rstrip("\r\n") for line in f]
-
-
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from sacrebleu.metrics import BLEU, CHRF
 
-    sources, refs = _read_lines(args.src), _read_lines(args.ref)
+    from jformer.textio import read_lines
+
+    sources, refs = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(refs):
         raise ValueError(f"--src {args.src} has {len(sources)} lines but --ref {args.ref} "
                          f"has {len(refs)}")
@@ -223,8 +219,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     translator = _translator(args)
     hyp_file = open(args.hyp_out, "w", encoding="utf-8") if args.hyp_out else open(os.devnull, "w")
     with hyp_file:
-        hyps = _translate_stream(translator, sources, hyp_file, _search_kwargs(args),
-                                 DEFAULT_CHUNK_LINES, args.quiet, args.src)
+        chunks = (sources[i:i + DEFAULT_CHUNK_LINES]
+                  for i in range(0, len(sources), DEFAULT_CHUNK_LINES))
+        hyps = _translate_stream(translator, chunks, hyp_file, _search_kwargs(args),
+                                 args.quiet, args.src)
     for metric in (BLEU(lowercase=args.lowercase), CHRF(lowercase=args.lowercase)):
         score = metric.corpus_score(hyps, [refs])
         print(score)
@@ -268,12 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("absl").setLevel(logging.ERROR)
     try:
         COMMANDS[args.command](args)
-    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError,
-            ValueError) as e:
-        print(f"jformer {args.command}: error: {_describe(e)}", file=sys.stderr)
-        return EXIT_ERROR
     except BrokenPipeError:  # e.g. `jformer translate ... | head`
         sys.stderr.close()
+        return EXIT_ERROR
+    except (OSError, ValueError) as e:  # files, folders, configs, arguments, input text
+        print(f"jformer {args.command}: error: {_describe(e)}", file=sys.stderr)
         return EXIT_ERROR
     return 0
 
@@ -281,8 +278,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _describe(e: Exception) -> str:
     if isinstance(e, OSError) and e.filename is not None:
         return f"{e.strerror}: {e.filename}"
-    if isinstance(e, UnicodeDecodeError):
-        return f"input is not valid UTF-8 ({e.reason} at byte {e.start})"
     return str(e)
 
 

@@ -63,13 +63,21 @@ def load_config(workdir: str | os.PathLike) -> Config:
     return from_config_dict(raw)
 
 
-class OverlongError(ValueError):
-    """A source longer than model.max_len, with decode.overlong="error"."""
+class _Overlong(Exception):
+    """A source longer than model.max_len; says where, for callers that know the line."""
 
     def __init__(self, message: str, index: int, detail: str):
         super().__init__(message)
         self.index = index  # position of the sentence in the call's list
         self.detail = detail  # the message without the position
+
+
+class OverlongError(_Overlong, ValueError):
+    """A source longer than model.max_len, with decode.overlong="error"."""
+
+
+class OverlongWarning(_Overlong, UserWarning):
+    """A source longer than model.max_len, truncated (decode.overlong="truncate")."""
 
 
 class Hypothesis(NamedTuple):
@@ -78,8 +86,10 @@ class Hypothesis(NamedTuple):
     score: beam search: log-prob sum / length penalty; greedy and sampling: log-prob
       sum (length-penalised too when greedy stands in for beam size 1).
     ids: int32 [length] output ids, EOS included when the hypothesis finished.
-    finished: it ended with EOS (False: cut off at max_len; beam search returns such
-      hypotheses only when fewer than the asked number finished within max_len).
+    finished: it ended with EOS. Greedy search and sampling: False when cut off at
+      max_len. Beam search forces EOS at max_len (as fairseq does), so a hypothesis as
+      long as max_len may have been cut there; False marks an abandoned prefix filling
+      an n-best list (fewer than the asked number finished before the search stopped).
     """
 
     text: str
@@ -351,8 +361,10 @@ class Translator:
 
     # ------------------------------------------------------------------ encoding
     def encode_sources(self, sentences: Sequence[str]) -> list[np.ndarray | None]:
-        """EOS-terminated int32 ids per sentence (None for an empty one); overlong sources
-        are truncated with a warning or rejected, by ``decode_cfg.overlong``."""
+        """EOS-terminated int32 ids per sentence (None for an empty one, or one that
+        encodes to nothing, e.g. only a zero-width space); overlong sources are
+        truncated with an :class:`OverlongWarning` or rejected, by
+        ``decode_cfg.overlong``."""
         if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
             raise ValueError("sentences must be a sequence of str")
         limit, eos = self.model_cfg.max_len, self.model_cfg.eos_id
@@ -360,13 +372,17 @@ class Translator:
         encoded = self.tokenizer.encode([sentences[i] for i in nonempty], add_eos=True)
         out: list[np.ndarray | None] = [None] * len(sentences)
         for i, ids in zip(nonempty, encoded):
+            if len(ids) == 1:  # EOS alone: nothing the tokenizer keeps
+                continue
             if len(ids) > limit:
                 detail = (f"{len(ids)} tokens (EOS included), more than "
                           f"model.max_len={limit}")
                 msg = f"sentence {i} has {detail}"
                 if self.decode_cfg.overlong == "error":
                     raise OverlongError(msg, i, detail)
-                warnings.warn(f"{msg}; truncated to {limit}", stacklevel=3)
+                warnings.warn(OverlongWarning(f"{msg}; truncated to {limit}", i,
+                                              f"{detail}; truncated to {limit}"),
+                              stacklevel=3)
                 ids = np.append(ids[:limit - 1], np.int32(eos))
             out[i] = ids
         return out

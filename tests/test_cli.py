@@ -175,11 +175,43 @@ def test_unreadable_input_files_print_one_line_and_exit_1(workdir, tmp_path, cap
     (tmp_path / "ref.de").write_text("Fünf.\n")
     status, _, err = run_cli(["evaluate", "--workdir", workdir, "--src", tmp_path / "bad.en",
                               "--ref", tmp_path / "ref.de"], capsys)
-    assert status == 1 and "not valid UTF-8" in err
+    assert status == 1 and err.strip().splitlines() == [
+        f"jformer evaluate: error: {tmp_path / 'bad.en'} line 1: not valid UTF-8 "
+        "(invalid start byte at byte 1 of the line)"]
     status, _, err = run_cli(["evaluate", "--workdir", workdir, "--src", missing,
                               "--ref", tmp_path / "ref.de"], capsys)
     assert status == 1 and err.strip().splitlines() == [
         f"jformer evaluate: error: No such file or directory: {missing}"]
+
+
+def test_path_and_argument_errors_print_one_line(workdir, tmp_path, capsys, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    cases = [(["attention", "--workdir", workdir, "Five.", "--out", afile], str(afile)),
+             (["translate", "--workdir", workdir, "--output", afile / "x"], "Not a directory"),
+             (["evaluate", "--workdir", workdir, "--src", afile / "x", "--ref", afile],
+              "Not a directory"),
+             (["translate", "--workdir", workdir, "--seed", 2 ** 64],
+              "--seed must be an int in [0, 2**63)"),
+             (["translate", "--workdir", workdir, "--alpha", "nan"],
+              "alpha must be a finite number >= 0; got nan")]
+    for argv, message in cases:
+        status, out, err = run_cli(argv, capsys, "Five.\n", monkeypatch)
+        assert status == 1 and out == "" and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_truncation_warnings_name_the_input_line(workdir, tmp_path, capsys):
+    long_line = " ".join(["three hundred and forty-five"] * 12)
+    src = tmp_path / "long.en"
+    src.write_text("\n".join(["Five."] * 3 + [long_line, "Five.", long_line]) + "\n")
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--input", src,
+                                "--chunk-lines", 4, "--quiet"], capsys)
+    assert status == 0, err
+    assert out.count("\n") == 6
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert [w.split(":")[1] for w in warned] == [f" {src} line 4", f" {src} line 6"]
+    assert all("more than model.max_len=40; truncated to 40" in w for w in warned)
 
 
 def test_sampling_draws_new_keys_in_every_chunk(workdir, capsys, monkeypatch):
@@ -239,7 +271,8 @@ def test_an_overlong_line_is_reported_with_its_line_number(workdir):
         ["translate", "--workdir", workdir, "--beam", "1"]))
     with pytest.raises(ValueError, match=r"^in\.en line 5: \d+ tokens \(EOS included\), "
                                          r"more than model\.max_len=40$"):
-        cli._translate_stream(strict, lines, io.StringIO(), kwargs, 2, True, "in.en")
+        cli._translate_stream(strict, [lines[i:i + 2] for i in range(0, 5, 2)],
+                              io.StringIO(), kwargs, True, "in.en")
 
 
 def test_python_m_jformer_help_lists_the_subcommands():

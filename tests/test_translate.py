@@ -276,6 +276,11 @@ def test_empty_sentences_give_empty_translations_without_decoding(translator, mo
     monkeypatch.setattr(translate, "decode_batch", fail)
     assert translator.translate(["", " "], n_best=2) == [[""], [""]]
     assert translator.translate([]) == []
+    # Text the tokenizer drops entirely (a zero-width space, a stray BOM) is empty too,
+    # not a translation of a bare EOS.
+    invisible = ["\u200b", "\ufeff", "\u200b \u200b"]
+    assert [len(ids) for ids in translator.tokenizer.encode(invisible, add_eos=True)] == [1] * 3
+    assert translator.translate(invisible) == [""] * 3
 
 
 def test_overlong_input_is_truncated_with_a_warning_or_rejected(setup, translator):
