@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any
 
 import jax
@@ -22,7 +23,7 @@ import numpy as np
 
 from jformer.embeddings import sinusoid_table
 from jformer.model import Transformer, shift_right
-from jformer.translate import Translator
+from jformer.translate import OverlongWarning, Translator
 
 KINDS = (("encoder", "self_attention"), ("decoder", "self_attention"),
          ("decoder", "cross_attention"))
@@ -39,8 +40,14 @@ def attention_weights(translator: Translator, sentence: str
     if not sentence.strip():
         raise ValueError("sentence must not be empty")
     cfg, tok = translator.model_cfg, translator.tokenizer
-    (source_S,) = translator.encode_sources([sentence])
-    output_T = translator.translate([sentence], method="greedy", return_scores=True)[0].ids
+    (source_S,) = translator.encode_sources([sentence])  # warns if it truncates
+    if source_S is None:
+        raise ValueError(f"sentence {sentence!r} has no tokens: the tokenizer drops all "
+                         "of it")
+    with warnings.catch_warnings():  # the truncation was reported just above
+        warnings.simplefilter("ignore", OverlongWarning)
+        output_T = translator.translate([sentence], method="greedy",
+                                        return_scores=True)[0].ids
     inputs_1S, targets_1T = source_S[None], output_T[None]
     forward = jax.jit(functools.partial(Transformer(cfg).apply, mutable=["intermediates"]))
     _, state = forward({"params": translator.params}, inputs_1S, targets_1T)

@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,7 @@ from jformer.attention_maps import positional_matrix
 from jformer.cli import main
 from jformer.embeddings import sinusoid_table
 from jformer.model import Transformer
-from jformer.translate import Translator
+from jformer.translate import OverlongWarning, Translator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_translate import build_setup, write_workdir  # noqa: E402
@@ -102,6 +103,18 @@ def test_attention_writes_one_png_per_layer_and_kind(workdir, tmp_path, capsys):
     for name in expected:
         data = (out_dir / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000
+    # An overlong sentence: one truncation warning, not one per translation step.
+    long_line = " ".join(["three hundred and forty-five"] * 12)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status, _, err = run_cli(["attention", "--workdir", workdir, long_line, "--out",
+                                  tmp_path / "long"], capsys)
+    assert status == 0, err
+    assert [str(w.message).endswith("truncated to 40") for w in caught
+            if issubclass(w.category, OverlongWarning)] == [True]
+    status, _, err = run_cli(["attention", "--workdir", workdir, "\u200b", "--out",
+                              tmp_path / "none"], capsys)
+    assert status == 1 and "has no tokens: the tokenizer drops all of it" in err
 
 
 def test_positional_matrix_is_the_table_the_model_adds(reference):
