@@ -8,6 +8,7 @@ raises ``ValueError`` naming the offending field.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
 POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
@@ -25,8 +26,32 @@ def _check(cond: bool, field: str, expected: str, got: Any) -> None:
         raise ConfigError(f"config field {field!r}: expected {expected}; got {got!r}")
 
 
+def _is_number(value: Any) -> bool:
+    """A finite int or float (not a bool, a string, NaN or an infinity)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_rate(section: str, name: str, value: float) -> None:
-    _check(0.0 <= value < 1.0, f"{section}.{name}", "a rate in [0, 1)", value)
+    _check(_is_number(value) and 0.0 <= value < 1.0, f"{section}.{name}", "a rate in [0, 1)",
+           value)
+
+
+def _check_number(section: str, name: str, value: float, low: float, *,
+                  strict: bool = False, note: str = "") -> None:
+    """value is a finite number >= low (> low when strict)."""
+    ok = _is_number(value) and (value > low if strict else value >= low)
+    _check(ok, f"{section}.{name}", f"a finite number {'>' if strict else '>='} {low}{note}",
+           value)
+
+
+def _check_seed(section: str, name: str, value: int) -> None:
+    _check(_is_int(value) and 0 <= value < 2 ** 63, f"{section}.{name}",
+           "an int in [0, 2**63)", value)
 
 
 def _check_choice(section: str, name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -75,6 +100,7 @@ class ModelConfig:
         _check_choice(s, "norm", self.norm, NORM_KINDS)
         _check_choice(s, "activation", self.activation, ACTIVATIONS)
         _check_choice(s, "dtype", self.dtype, DTYPES)
+        _check_number(s, "layer_norm_epsilon", self.layer_norm_epsilon, 0, strict=True)
         if self.positional != "learned":
             _check(self.d_model % 2 == 0, f"{s}.d_model", "even for sinusoidal positions",
                    self.d_model)
@@ -116,7 +142,7 @@ class DataConfig:
     vocab_size: int = 8000
     vocab_model_type: str = "bpe"  # bpe | unigram
     vocab_character_coverage: float = 1.0
-    vocab_sample_size: int = 1_000_000  # sentences sampled to train the vocabulary
+    vocab_sample_size: int = 1_000_000  # sentences sampled to train the vocabulary (0: all)
     vocab_path: str = ""  # empty: <workdir>/spm.model, trained if absent
     # length filtering and batching
     max_source_len: int = 128  # tokens incl. EOS
@@ -137,7 +163,8 @@ class DataConfig:
         for name in ("vocab_size", "max_source_len", "max_target_len", "max_tokens",
                      "pack_len", "demo_num_train", "demo_num_eval", "demo_num_test"):
             _check_positive(s, name, getattr(self, name))
-        _check(0.0 < self.vocab_character_coverage <= 1.0, f"{s}.vocab_character_coverage",
+        _check(_is_number(self.vocab_character_coverage)
+               and 0.0 < self.vocab_character_coverage <= 1.0, f"{s}.vocab_character_coverage",
                "a fraction in (0, 1]", self.vocab_character_coverage)
 
 
@@ -175,14 +202,15 @@ class TrainConfig:
         for name in ("num_steps", "accum_steps", "log_every", "eval_every",
                      "checkpoint_every", "keep_checkpoints", "num_processes"):
             _check_positive(s, name, getattr(self, name))
-        _check(self.warmup_steps >= 0, f"{s}.warmup_steps", ">= 0", self.warmup_steps)
-        _check(self.max_minutes >= 0, f"{s}.max_minutes", ">= 0 (0: no budget)", self.max_minutes)
+        _check(_is_int(self.warmup_steps) and self.warmup_steps >= 0, f"{s}.warmup_steps",
+               "an int >= 0", self.warmup_steps)
+        _check_number(s, "max_minutes", self.max_minutes, 0, note=" (0: no budget)")
         _check_rate(s, "label_smoothing", self.label_smoothing)
         _check_choice(s, "parallelism", self.parallelism, ("shard_map", "pmap"))
         _check_choice(s, "compute_dtype", self.compute_dtype, DTYPES)
-        _check(self.learning_rate_scale > 0, f"{s}.learning_rate_scale", "> 0",
-               self.learning_rate_scale)
-        _check(0 <= self.process_id < self.num_processes, f"{s}.process_id",
+        _check_number(s, "learning_rate_scale", self.learning_rate_scale, 0, strict=True)
+        _check(_is_int(self.process_id) and 0 <= self.process_id < self.num_processes,
+               f"{s}.process_id",
                f"in [0, num_processes={self.num_processes})", self.process_id)
 
 
@@ -204,13 +232,26 @@ class DecodeConfig:
         s = "decode"
         _check_positive(s, "beam_size", self.beam_size)
         _check_positive(s, "batch_size", self.batch_size)
-        _check(self.alpha >= 0, f"{s}.alpha", ">= 0", self.alpha)
-        _check(self.temperature > 0, f"{s}.temperature", "> 0", self.temperature)
-        _check(self.top_k >= 0, f"{s}.top_k", ">= 0", self.top_k)
-        _check(len(self.length_buckets) > 0 and list(self.length_buckets)
-               == sorted(self.length_buckets), f"{s}.length_buckets",
-               "a non-empty increasing tuple", self.length_buckets)
+        _check_number(s, "alpha", self.alpha, 0)
+        _check_number(s, "temperature", self.temperature, 0, strict=True)
+        _check(_is_int(self.top_k) and self.top_k >= 0, f"{s}.top_k", "an int >= 0 (0: full "
+               "distribution)", self.top_k)
+        buckets = self.length_buckets
+        _check(isinstance(buckets, (tuple, list)) and len(buckets) > 0
+               and all(_is_int(b) and b > 0 for b in buckets) and list(buckets) == sorted(buckets),
+               f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
         _check_choice(s, "overlong", self.overlong, ("truncate", "error"))
+        # Max output tokens of a source bucket: max(1, ceil(a * bucket + b)) (translate.
+        # output_len). Sources shorter than the smallest bucket are padded to it, so the
+        # rule must give that bucket a token: below, the max(1, ...) would silently cut
+        # every short sentence to one token.
+        _check_number(s, "max_len_a", self.max_len_a, 0)
+        _check(_is_int(self.max_len_b), f"{s}.max_len_b", "an int", self.max_len_b)
+        shortest = buckets[0]
+        _check(math.ceil(self.max_len_a * shortest + self.max_len_b) >= 1, f"{s}.max_len_b",
+               f"ceil(decode.max_len_a * {shortest} + decode.max_len_b) >= 1, at least one "
+               f"output token for the shortest source bucket (decode.length_buckets[0]="
+               f"{shortest}, decode.max_len_a={self.max_len_a})", self.max_len_b)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,11 +301,26 @@ def from_config_dict(cfg: Mapping[str, Any], **model_overrides: Any) -> Config:
 
 def check_training_config(config: Config) -> None:
     """Checks that matter only to a training run (a config.json loaded for inference
-    skips them, so workdirs written by older versions keep loading)."""
-    d = config.data
+    skips them, so workdirs written by older versions keep loading): fields that only
+    training reads (data sampling and seeds, the optimiser, validation BLEU)."""
+    d, t = config.data, config.train
     _check(d.shuffle_buffer == 0, "data.shuffle_buffer",
            "0 (batches are shuffled over the whole in-memory epoch; a buffer size would "
            "have no effect)", d.shuffle_buffer)
+    _check(_is_int(d.vocab_sample_size) and d.vocab_sample_size >= 0, "data.vocab_sample_size",
+           "an int >= 0 (0: all sentences)", d.vocab_sample_size)
+    _check_seed("data", "seed", d.seed)
+    _check_seed("data", "demo_seed", d.demo_seed)
+    _check_seed("train", "seed", t.seed)
+    for name in ("adam_b1", "adam_b2"):  # Adam's decay rates; 1 would never forget
+        _check(_is_number(getattr(t, name)) and 0 <= getattr(t, name) < 1, f"train.{name}",
+               "a number in [0, 1)", getattr(t, name))
+    _check_number("train", "adam_eps", t.adam_eps, 0, strict=True)  # 0: 0/0 on zero grads
+    _check_number("train", "weight_decay", t.weight_decay, 0, note=" (0: none)")
+    _check_number("train", "grad_clip_norm", t.grad_clip_norm, 0, note=" (0: no clipping)")
+    _check(_is_int(t.eval_bleu_sentences) and t.eval_bleu_sentences >= 0,
+           "train.eval_bleu_sentences", "an int >= 0 (0: all validation sentences)",
+           t.eval_bleu_sentences)
     check_coordinator(config.train)
 
 

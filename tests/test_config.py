@@ -91,3 +91,78 @@ def test_command_line_overrides_and_locked_typos(tmp_path):
     config_flags.DEFINE_config_file("config", flag_values=fv2, lock_config=True, sys_argv=argv)
     with pytest.raises((flags.Error, AttributeError, KeyError), match="num_layer"):
         fv2(argv)
+
+
+@pytest.mark.parametrize("section, field, value, expected", [
+    ("train", "adam_b1", 1.5, "a number in [0, 1)"),
+    ("train", "adam_b1", -0.1, "a number in [0, 1)"),
+    ("train", "adam_b2", -1.0, "a number in [0, 1)"),
+    ("train", "adam_b2", 1.0, "a number in [0, 1)"),
+    ("train", "adam_eps", -1.0, "a finite number > 0"),
+    ("train", "adam_eps", 0.0, "a finite number > 0"),
+    ("train", "weight_decay", -0.1, "a finite number >= 0 (0: none)"),
+    ("train", "weight_decay", float("inf"), "a finite number >= 0 (0: none)"),
+    ("train", "grad_clip_norm", -1.0, "a finite number >= 0 (0: no clipping)"),
+    ("train", "grad_clip_norm", float("nan"), "a finite number >= 0 (0: no clipping)"),
+    ("train", "eval_bleu_sentences", -5, "an int >= 0 (0: all validation sentences)"),
+    ("train", "seed", -1, "an int in [0, 2**63)"),
+    ("train", "seed", 2 ** 63, "an int in [0, 2**63)"),
+    ("data", "vocab_sample_size", -1, "an int >= 0 (0: all sentences)"),
+    ("data", "seed", -1, "an int in [0, 2**63)"),
+    ("data", "demo_seed", -3, "an int in [0, 2**63)"),
+])
+def test_training_only_values_out_of_range_are_training_errors(section, field, value, expected):
+    c = base.get_config()
+    setattr(c[section], field, value)
+    loaded = from_config_dict(c)  # a config.json written before these checks still loads
+    with pytest.raises(ConfigError) as e:
+        check_training_config(loaded)
+    assert str(e.value) == f"config field '{section}.{field}': expected {expected}; got {value!r}"
+
+
+@pytest.mark.parametrize("section, field, value, expected", [
+    ("decode", "max_len_a", -1.0, "a finite number >= 0"),
+    ("decode", "max_len_b", -100, "ceil(decode.max_len_a * 16 + decode.max_len_b) >= 1, at "
+     "least one output token for the shortest source bucket (decode.length_buckets[0]=16, "
+     "decode.max_len_a=1.0)"),
+    ("decode", "alpha", float("inf"), "a finite number >= 0"),
+    ("decode", "temperature", 0.0, "a finite number > 0"),
+    ("decode", "top_k", -1, "an int >= 0 (0: full distribution)"),
+    ("decode", "length_buckets", (0, 16), "a non-empty increasing tuple of positive ints"),
+    ("model", "layer_norm_epsilon", 0.0, "a finite number > 0"),
+    ("model", "layer_norm_epsilon", -1e-6, "a finite number > 0"),
+    ("train", "learning_rate_scale", float("inf"), "a finite number > 0"),
+    ("train", "max_minutes", float("nan"), "a finite number >= 0 (0: no budget)"),
+    ("train", "label_smoothing", float("nan"), "a rate in [0, 1)"),
+])
+def test_out_of_range_values_name_the_field(section, field, value, expected):
+    c = base.get_config()
+    setattr(c[section], field, value)
+    with pytest.raises(ConfigError) as e:
+        from_config_dict(c)
+    assert str(e.value) == f"config field '{section}.{field}': expected {expected}; got {value!r}"
+
+
+def test_max_len_rule_must_give_the_shortest_bucket_a_token():
+    c = base.get_config()
+    c.decode.length_buckets = (8, 16)
+    c.decode.max_len_a, c.decode.max_len_b = 1.0, -7  # bucket 8: 1 token, the least allowed
+    assert from_config_dict(c).decode.max_len_b == -7
+    c.decode.max_len_b = -8  # bucket 8: 0 tokens
+    with pytest.raises(ConfigError, match=r"'decode.max_len_b'.*length_buckets\[0\]=8.*got -8"):
+        from_config_dict(c)
+    c.decode.max_len_a, c.decode.max_len_b = 0.0, 1  # a fixed budget of one token
+    assert from_config_dict(c).decode.max_len_a == 0.0
+    c.decode.max_len_a, c.decode.max_len_b = 0.05, 0  # ceil(0.4) = 1
+    from_config_dict(c)
+
+
+@pytest.mark.parametrize("section, field, value", [
+    ("train", "eval_bleu_sentences", 0), ("data", "vocab_sample_size", 0),
+    ("train", "weight_decay", 0.01), ("train", "grad_clip_norm", 1.0),
+    ("train", "adam_b1", 0.0), ("decode", "max_len_a", 0.0),
+])
+def test_boundary_values_are_accepted(section, field, value):
+    c = base.get_config()
+    setattr(c[section], field, value)
+    check_training_config(from_config_dict(c))
