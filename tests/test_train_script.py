@@ -43,13 +43,35 @@ def assert_one_line_error(out, message):
     assert out.stderr.splitlines()[-1] == f"train.py: error: {message}", out.stderr
 
 
+TRAIN_FIELDS = ("accum_steps, adam_b1, adam_b2, adam_eps, async_checkpoints, checkpoint_every, "
+                "compute_dtype, coordinator_address, eval_bleu_sentences, eval_every, "
+                "grad_clip_norm, keep_checkpoints, label_smoothing, learning_rate_scale, "
+                "log_every, max_minutes, num_processes, num_steps, parallelism, process_id, "
+                "seed, warmup_steps, weight_decay")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--config.train.num_steps=0"],
      "config field 'train.num_steps': expected a positive int; got 0"),
     (["--config.train.adam_b1=1.5"],  # a training-only check, after the flags
      "config field 'train.adam_b1': expected a number in [0, 1); got 1.5"),
+    (["--config.train.nm_steps=3"],
+     "unknown config field train.nm_steps (did you mean train.num_steps?)"),
+    (["--config.trian.num_steps=3"],
+     "unknown config field trian.num_steps (did you mean train.num_steps?)"),
+    (["--noconfig.train.async_checkpont"],
+     "unknown config field train.async_checkpont (did you mean train.async_checkpoints?)"),
+    (["--config.train.zzz=1"], f"unknown config field train.zzz: train has {TRAIN_FIELDS}"),
+    (["--config.zz.num_steps=1"],
+     "unknown config field zz.num_steps: the config has data, decode, model, train"),
+    (["--config.train.num_steps.x=1"],
+     "unknown config field train.num_steps.x: train.num_steps is a value, not a section"),
+    (["--config.train.num_steps=abc"],
+     "flag --config.train.num_steps=abc: invalid literal for int() with base 10: 'abc'"),
+    (["extra"], "unexpected argument(s) 'extra'; every setting is a flag, e.g. "
+     "--config.train.num_steps=500"),
 ])
-def test_bad_config_values_are_one_line_errors(tmp_path, args, message):
+def test_bad_config_overrides_are_one_line_errors(tmp_path, args, message):
     out = run_train("--config", "configs/demo.py", "--workdir", str(tmp_path / "run"), *args)
     assert_one_line_error(out, message)
 
@@ -60,6 +82,9 @@ def test_bad_paths_are_one_line_errors(tmp_path):
     out = run_train("--config", "configs/demo.py", "--workdir", str(a_file))
     assert_one_line_error(out, f"--workdir {a_file}: expected a folder (new or existing); got "
                                f"an existing file")
+    out = run_train("--config", str(tmp_path / "nosuch.py"), "--workdir", str(tmp_path / "r"),
+                    "--config.train.num_steps=3")
+    assert_one_line_error(out, f"--config {tmp_path / 'nosuch.py'}: no such file")
     out = run_train("--config=configs/demo.py", "--workdir", str(tmp_path / "r"),
                     "--config.data.source=text",
                     f"--config.data.text_pattern={tmp_path}/{{split}}.{{lang}}")
