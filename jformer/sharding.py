@@ -57,7 +57,8 @@ class DataParallel:
 
     # --- placement ---------------------------------------------------------------
     def put_state(self, state: PyTree) -> PyTree:
-        """Replicates a host/single-device state onto every device."""
+        """Replicates a host/single-device pytree (a train state, or the parameters the
+        eval step takes) onto every device, laid out as the compiled steps expect."""
         if self.parallelism == "pmap":
             # one stacked copy per local device: [...] -> [devices, ...]
             n = len(self.local_devices)

@@ -167,7 +167,13 @@ def restore_or_init(job: Job, ckpt: Checkpointer, state: TrainState) -> TrainSta
 
 
 def evaluate_loss(job: Job, params) -> dict[str, float]:
-    """Validation loss (label-smoothed), token-level NLL and perplexity."""
+    """Validation loss (label-smoothed), token-level NLL and perplexity.
+
+    params: one copy, as ``job.dp.get_state`` gives it; placed here once in the layout
+    the compiled eval step takes (per-device copies stacked under pmap; under shard_map
+    already-replicated parameters stay where they are).
+    """
+    params = job.dp.put_state(params)
     totals: dict[str, float] = {}
     for batch in job.eval_data.batches.epoch_batches(0):
         _, m = job.eval_step(params, job.dp.put_batch(batch))

@@ -81,6 +81,25 @@ def test_pmap_job_matches_shard_map_job(tmp_path, shared_vocab):
         np.testing.assert_allclose(x, y, atol=2e-6, rtol=1e-5)
 
 
+def test_pmap_and_shard_map_jobs_train_and_evaluate_alike(tmp_path, shared_vocab):
+    # Periodic (step 2) and final (step 3) evaluations run the compiled eval step on the
+    # parameters of each layout; pmap once passed an un-stacked copy and crashed.
+    finals, rows = {}, {}
+    for mode in ("shard_map", "pmap"):
+        w = workdir_with_vocab(tmp_path, mode, shared_vocab)
+        finals[mode] = train_lib.train_and_evaluate(
+            tiny_config(num_steps=3, eval_every=2, parallelism=mode), w)
+        rows[mode] = [json.loads(line) for line in open(os.path.join(w, "metrics.jsonl"))
+                      if json.loads(line)["kind"] in ("eval", "final")]
+    assert [(r["kind"], r["step"]) for r in rows["pmap"]] == [("eval", 2), ("final", 3)]
+    for a, b in zip(rows["shard_map"], rows["pmap"], strict=True):
+        assert (a["kind"], a["step"]) == (b["kind"], b["step"])
+        for k in ("loss", "nll", "perplexity", "accuracy"):
+            assert b[k] == pytest.approx(a[k], rel=1e-5), (b["kind"], k)
+    assert finals["pmap"]["loss"] == pytest.approx(finals["shard_map"]["loss"], rel=1e-5)
+    assert finals["pmap"]["step"] == 3 and 0 <= finals["pmap"]["bleu"] <= 100
+
+
 def test_time_budget_ends_the_run_with_a_checkpoint_and_metrics_rows(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "budget", shared_vocab)
     # A budget of 0.06 ms is spent before the first step returns: the run stops at step 1.
