@@ -2,7 +2,8 @@
 
 ``<workdir>/metrics.jsonl`` holds one JSON object per logging interval or evaluation:
 ``{"kind": "train" | "eval" | "final", "step", "time_s", ...figures}`` ("final": the
-validation after the last step, by ``train_and_evaluate``), where ``time_s`` counts
+validation after the last step, by ``train_and_evaluate``; TensorBoard has it under the
+same ``eval/*`` tags as the periodic ones), where ``time_s`` counts
 wall-clock seconds since the run (this invocation of ``train``) started. It is what
 ``jformer curves`` plots.
 """
@@ -86,17 +87,22 @@ class Progress:
             self._writer.add_scalar(f"train/{name}", value, step)
         self._writer.flush()
 
-    def evaluate(self, step: int, scores: Mapping[str, Any], prefix: str = "eval") -> None:
-        """Validation figures: a log line and TensorBoard scalars."""
+    def evaluate(self, step: int, scores: Mapping[str, Any], prefix: str = "eval",
+                 kind: str | None = None) -> None:
+        """Validation figures: a log line, TensorBoard scalars ``<prefix>/<name>`` and a
+        metrics.jsonl row of ``kind`` (default: prefix; "final" for the last evaluation,
+        whose scalars share the periodic tags). A "step" entry in scores is not a figure."""
         if not self.enabled:
             return
-        numbers = {k: v for k, v in scores.items() if isinstance(v, (int, float))}
+        kind = prefix if kind is None else kind
+        numbers = {k: v for k, v in scores.items()
+                   if isinstance(v, (int, float)) and k != "step"}
         line = ", ".join(f"{k} {v:.4g}" for k, v in sorted(numbers.items()))
-        self._bar.write(f"[{prefix} @ step {step}] {line}")
+        self._bar.write(f"[{kind} @ step {step}] {line}")
         for k, v in numbers.items():
             self._writer.add_scalar(f"{prefix}/{k}", v, step)
         self._writer.flush()
-        self._record(prefix, step, **numbers)
+        self._record(kind, step, **numbers)
         # Training time excludes evaluation in the tokens/s figure.
         self._t_last = time.perf_counter()
 

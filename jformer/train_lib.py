@@ -23,7 +23,7 @@ from jformer.checkpoint import Checkpointer, checkpoint_dir
 from jformer.data.batching import bucket_boundaries
 from jformer.data.pipeline import DataSplit, build_pipeline
 from jformer.model import Transformer
-from jformer.progress import Progress, append_metrics
+from jformer.progress import Progress
 from jformer.schedules import make_optimizer
 from jformer.sharding import DataParallel, make_mesh
 from jformer.train_step import TrainState, create_train_state, make_eval_step, make_train_step
@@ -202,11 +202,40 @@ def evaluate_bleu(job: Job, params, num_sentences: int, num_samples: int = 0) ->
     return scores
 
 
+def evaluate(job: Job, params, num_samples: int = 0) -> dict[str, Any]:
+    """Validation loss and perplexity (all processes), BLEU and chrF (process 0).
+
+    params: one copy, as ``job.dp.get_state`` gives it.
+    """
+    scores: dict[str, Any] = evaluate_loss(job, params)
+    if jax.process_index() == 0:
+        scores.update(evaluate_bleu(job, params, job.cfg.train.eval_bleu_sentences,
+                                    num_samples=num_samples))
+    return scores
+
+
 def train(raw_config: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]:
     """Trains to ``train.num_steps`` (resuming if ``workdir`` has checkpoints).
 
     Returns the job and the final state (single copy, possibly replicated over devices).
     """
+    job, state, _ = _train(raw_config, workdir, final_eval=False)
+    return job, state
+
+
+def train_and_evaluate(raw_config: Mapping[str, Any], workdir: str) -> dict[str, Any]:
+    """Trains, then returns final validation loss, perplexity, BLEU, chrF and samples.
+
+    The final figures are also appended to ``<workdir>/metrics.jsonl`` (kind "final")
+    and written to TensorBoard under the periodic ``eval/*`` tags at the last step.
+    """
+    _, _, final = _train(raw_config, workdir, final_eval=True)
+    return final
+
+
+def _train(raw_config: Mapping[str, Any], workdir: str,
+           final_eval: bool) -> tuple[Job, TrainState, dict[str, Any] | None]:
+    """:func:`train`, plus the final evaluation when asked (see :func:`run_loop`)."""
     start = time.monotonic()  # train.max_minutes counts from here: data, compile, steps, evals
     os.makedirs(workdir, exist_ok=True)
     job, state = build_job(raw_config, workdir)
@@ -218,35 +247,41 @@ def train(raw_config: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]
         # Only now: a rerun whose config cannot restore the checkpoints must not replace
         # the config.json that `jformer translate` needs to load them.
         write_run_config(workdir, job.cfg)
-        state = run_loop(job, state, ckpt)
-    return job, job.dp.get_state(state)
+        state, final = run_loop(job, state, ckpt, final_eval=final_eval)
+    return job, job.dp.get_state(state), final
 
 
-def train_and_evaluate(raw_config: Mapping[str, Any], workdir: str) -> dict[str, Any]:
-    """Trains, then returns final validation loss, perplexity, BLEU, chrF and samples.
-
-    The final figures are also appended to ``<workdir>/metrics.jsonl`` (kind "final").
-    """
-    job, state = train(raw_config, workdir)
-    final = {"step": int(state.step), **evaluate_loss(job, state.params)}
-    if jax.process_index() == 0:
-        final.update(evaluate_bleu(job, state.params, job.cfg.train.eval_bleu_sentences,
-                                   num_samples=5))
-    append_metrics(workdir, "final", final["step"], time.monotonic() - job.start_time, final)
-    return final
-
-
-def run_loop(job: Job, state, ckpt: Checkpointer):
+def run_loop(job: Job, state, ckpt: Checkpointer, *,
+             final_eval: bool = False) -> tuple[Any, dict[str, Any] | None]:
     """The step loop: train, log, evaluate and checkpoint until ``train.num_steps``.
 
     With ``train.max_minutes`` the loop also ends, with a checkpoint, once that much
-    wall-clock time has passed since ``job.start_time``.
+    wall-clock time has passed since ``job.start_time``. Returns the state and, with
+    ``final_eval``, the figures of one evaluation after the last step (with 5 sample
+    translations), logged like the periodic ones (TensorBoard ``eval/*`` at the last
+    step) but recorded in metrics.jsonl as kind "final"; else None.
     """
     tcfg = job.cfg.train
     budget = Budget(job.start_time, tcfg.max_minutes, check_every=tcfg.log_every)
     step = int(job.dp.get_state(state).step)
     progress = Progress(job.workdir, start_step=step, num_steps=tcfg.num_steps,
                         start_time=job.start_time, budget_s=budget.seconds)
+    try:
+        state = _steps(job, state, ckpt, progress, budget)
+        step = int(job.dp.get_state(state).step)
+        final = None
+        if final_eval:
+            final = {"step": step, **evaluate(job, job.dp.get_state(state).params, num_samples=5)}
+            progress.evaluate(step, final, kind="final")
+    finally:
+        progress.close()
+    return state, final
+
+
+def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budget):
+    """Steps to ``train.num_steps`` (or the time budget); the last one is checkpointed."""
+    tcfg = job.cfg.train
+    step = int(job.dp.get_state(state).step)
     pending: list[Any] = []  # device metrics since the last host read (no per-step sync)
     batches = job.train_data.batches
     last_step = tcfg.num_steps
@@ -264,17 +299,13 @@ def run_loop(job: Job, state, ckpt: Checkpointer):
             pending = []
             check_finite(summed, step, ckpt)
             progress.train(step, summed, job.schedule(step - 1))
+        # the last step's evaluation is run_loop's final one (train_and_evaluate only)
         if step % tcfg.eval_every == 0 and step < last_step:
-            params = job.dp.get_state(state).params
-            scores = evaluate_loss(job, params)
-            if jax.process_index() == 0:
-                scores.update(evaluate_bleu(job, params, tcfg.eval_bleu_sentences))
-            progress.evaluate(step, scores)
+            progress.evaluate(step, evaluate(job, job.dp.get_state(state).params))
         if due_ckpt:
             ckpt.save(step, job.dp.get_state(state), batches.get_state(),
                       force=step == last_step)
     ckpt.wait()
-    progress.close()
     return state
 
 

@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import struct
 import time
 
 import jax
@@ -119,6 +120,24 @@ def test_budget_clock():
     assert not train_lib.Budget(now - 1e6, 0.0, check_every=5).spent(3)  # 0: no budget
 
 
+def tensorboard_scalars(workdir):
+    """{tag: [(step, value), ...]} from the event files under <workdir>/tensorboard."""
+    from tensorboardX.proto import event_pb2
+
+    scalars = {}
+    for root, _, files in os.walk(os.path.join(workdir, "tensorboard")):
+        for name in sorted(f for f in files if "tfevents" in f):
+            data = open(os.path.join(root, name), "rb").read()
+            pos = 0
+            while pos < len(data):  # TFRecord: u64 length, u32 crc, payload, u32 crc
+                (length,) = struct.unpack("<Q", data[pos:pos + 8])
+                event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+                pos += 12 + length + 4
+                for v in event.summary.value:
+                    scalars.setdefault(v.tag, []).append((event.step, v.simple_value))
+    return scalars
+
+
 def test_train_and_evaluate_logs_periodic_and_final_figures(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "final", shared_vocab)
     final = train_lib.train_and_evaluate(tiny_config(num_steps=10, eval_every=5), w)
@@ -129,6 +148,15 @@ def test_train_and_evaluate_logs_periodic_and_final_figures(tmp_path, shared_voc
         ("train", 5), ("eval", 5), ("train", 10), ("final", 10)]
     times = [r["time_s"] for r in rows]
     assert times == sorted(times) and rows[-1]["bleu"] == pytest.approx(final["bleu"])
+    # TensorBoard: the final figures under the periodic tags at the last step, once each
+    scalars = tensorboard_scalars(w)
+    assert scalars["train/loss"][-1][0] == 10
+    for name in ("loss", "nll", "perplexity", "accuracy", "bleu", "chrf"):
+        tag = f"eval/{name}"
+        assert [step for step, _ in scalars[tag]] == [5, 10], tag
+        assert scalars[tag][0][1] == pytest.approx(rows[1][name], rel=1e-6), tag
+        assert scalars[tag][1][1] == pytest.approx(final[name], rel=1e-6), tag
+    assert not [t for t in scalars if not t.startswith(("train/", "eval/"))]
 
 
 def test_failed_resume_keeps_the_run_config_of_the_checkpoints(tmp_path, shared_vocab):
