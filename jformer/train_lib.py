@@ -110,6 +110,48 @@ def write_run_config(workdir: str, cfg: config_lib.Config) -> None:
     os.replace(tmp, path)
 
 
+# Model fields a resumed run may change: those set from the tokenizer (a resumed run
+# reuses the workdir's spm.model; a different vocabulary size fails the restore), the
+# training-only dropout rates, and the compute dtype (parameters stay float32).
+RESUMABLE_MODEL_FIELDS = frozenset({"vocab_size", "pad_id", "bos_id", "eos_id", "dropout_rate",
+                                    "attention_dropout_rate", "relu_dropout_rate", "dtype"})
+
+
+def changed_model_fields(saved: config_lib.ModelConfig,
+                         new: config_lib.ModelConfig) -> list[str]:
+    """``model.<field>: saved <a>, now <b>`` for each architecture field that differs.
+
+    Fields in RESUMABLE_MODEL_FIELDS are not compared; ``max_len`` only with learned
+    positions (a sinusoidal table has no parameters, so raising it is a valid resume).
+    """
+    skip = set(RESUMABLE_MODEL_FIELDS)
+    if "learned" not in (saved.positional, new.positional):
+        skip.add("max_len")
+    return [f"model.{f.name}: saved {getattr(saved, f.name)}, now {getattr(new, f.name)}"
+            for f in dataclasses.fields(config_lib.ModelConfig)
+            if f.name not in skip and getattr(saved, f.name) != getattr(new, f.name)]
+
+
+def check_resume_config(workdir: str, model: config_lib.ModelConfig) -> None:
+    """Refuses to resume ``workdir``'s checkpoints with another architecture.
+
+    model: the new run's model section. The checkpoints' own is the one in
+    ``<workdir>/config.json`` (none: nothing to compare). A ConfigError lists every
+    changed field; resuming would train the old parameters as a different model (or
+    fail to restore them) and rewrite config.json to describe them wrongly.
+    """
+    if not os.path.isfile(os.path.join(workdir, CONFIG_FILENAME)):
+        return
+    from jformer.translate import load_config
+
+    changes = changed_model_fields(load_config(workdir).model, model)
+    if changes:
+        raise config_lib.ConfigError(
+            f"{workdir} holds checkpoints of another model ({CONFIG_FILENAME}): "
+            f"{'; '.join(changes)}. Resuming needs the saved values; train the new model "
+            f"in a new workdir")
+
+
 def host_params(params):
     """One host copy of replicated (possibly multi-process) parameters, as numpy."""
     return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), params)
@@ -237,12 +279,16 @@ def _train(raw_config: Mapping[str, Any], workdir: str,
            final_eval: bool) -> tuple[Job, TrainState, dict[str, Any] | None]:
     """:func:`train`, plus the final evaluation when asked (see :func:`run_loop`)."""
     start = time.monotonic()  # train.max_minutes counts from here: data, compile, steps, evals
+    raw = raw_config.to_dict() if hasattr(raw_config, "to_dict") else dict(raw_config)
+    early = validate_config(raw)
     os.makedirs(workdir, exist_ok=True)
-    job, state = build_job(raw_config, workdir)
-    job.start_time = start
-    tcfg = job.cfg.train
+    tcfg = early.train
     with Checkpointer(checkpoint_dir(workdir), keep=tcfg.keep_checkpoints,
                       save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints) as ckpt:
+        if ckpt.latest_step() is not None:
+            check_resume_config(workdir, early.model)  # before any data work
+        job, state = build_job(raw, workdir)
+        job.start_time = start
         state = job.dp.put_state(restore_or_init(job, ckpt, state))
         # Only now: a rerun whose config cannot restore the checkpoints must not replace
         # the config.json that `jformer translate` needs to load them.

@@ -1,4 +1,5 @@
 """Training-job tests on the built-in demo corpus with a tiny model."""
+import dataclasses
 import json
 import os
 import shutil
@@ -167,11 +168,68 @@ def test_failed_resume_keeps_the_run_config_of_the_checkpoints(tmp_path, shared_
         before = f.read()
     other = tiny_config(num_steps=20)
     other.model.d_model = 64  # parameters of other shapes: the checkpoint cannot restore
-    with pytest.raises(ValueError, match="incompatible with the model"):
+    with pytest.raises(ConfigError, match="model.d_model: saved 32, now 64"):
         train_lib.train(other, w)
     with open(path) as f:
         after = f.read()
     assert after == before and json.loads(after)["model"]["d_model"] == 32
+    # Without a config.json to compare (lost, or an older run) the restore itself refuses,
+    # and still writes none.
+    os.remove(path)
+    with pytest.raises(ValueError, match="incompatible with the model"):
+        train_lib.train(other, w)
+    assert not os.path.exists(path)
+
+
+def test_resume_with_another_architecture_is_refused_naming_each_field(tmp_path, shared_vocab):
+    w = workdir_with_vocab(tmp_path, "arch", shared_vocab)
+    train_lib.train(tiny_config(num_steps=10), w)
+    path = os.path.join(w, train_lib.CONFIG_FILENAME)
+    with open(path) as f:
+        before = f.read()
+    other = tiny_config(num_steps=20)
+    m = other.model
+    m.activation, m.positional, m.norm = "gelu", "sinusoidal_concat", "pre"
+    m.tie_output, m.layer_norm_epsilon = False, 1e-5
+    with pytest.raises(ConfigError) as e:
+        train_lib.train(other, w)
+    message = str(e.value)
+    assert "\n" not in message and "new workdir" in message
+    assert ("model.positional: saved sinusoidal, now sinusoidal_concat; "
+            "model.norm: saved post, now pre; model.activation: saved relu, now gelu; "
+            "model.tie_output: saved True, now False; "
+            "model.layer_norm_epsilon: saved 1e-06, now 1e-05.") in message
+    with open(path) as f:
+        assert f.read() == before
+    with Checkpointer(checkpoint_dir(w), keep=3, save_every=10) as ckpt:
+        assert ckpt.all_steps() == [10]
+    # Training-only settings (and dropout, a larger sinusoidal table) stay changeable.
+    resumed = tiny_config(num_steps=16, learning_rate_scale=0.5, eval_every=7, log_every=2,
+                          checkpoint_every=8)
+    resumed.model.dropout_rate, resumed.model.max_len = 0.2, 128
+    _, state = train_lib.train(resumed, w)
+    assert int(state.step) == 16
+    saved = json.load(open(path))
+    assert saved["train"]["num_steps"] == 16 and saved["model"]["dropout_rate"] == 0.2
+    assert saved["model"]["max_len"] == 128 and saved["model"]["activation"] == "relu"
+
+
+def test_changed_model_fields_skips_tokenizer_ids_dropout_and_dtype():
+    from jformer.config import ModelConfig
+
+    old = ModelConfig(vocab_size=400, positional="learned", max_len=64)
+    assert train_lib.changed_model_fields(old, old) == []
+    new = dataclasses.replace(old, vocab_size=500, pad_id=1, bos_id=0, eos_id=4,
+                              dropout_rate=0.3, attention_dropout_rate=0.1,
+                              relu_dropout_rate=0.1, dtype="bfloat16")
+    assert train_lib.changed_model_fields(old, new) == []
+    # learned positions: max_len is the shape of a parameter
+    assert train_lib.changed_model_fields(old, dataclasses.replace(old, max_len=128)) == [
+        "model.max_len: saved 64, now 128"]
+    sin = dataclasses.replace(old, positional="sinusoidal")
+    assert train_lib.changed_model_fields(sin, dataclasses.replace(sin, max_len=128)) == []
+    assert train_lib.changed_model_fields(old, dataclasses.replace(sin, d_ff=32)) == [
+        "model.d_ff: saved 2048, now 32", "model.positional: saved learned, now sinusoidal"]
 
 
 def test_accum_steps_job_batches_split_into_micro_batches_and_train(tmp_path, shared_vocab):
