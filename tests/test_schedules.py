@@ -1,4 +1,6 @@
+import jax
 import numpy as np
+import optax
 import pytest
 
 from jformer.config import TrainConfig
@@ -25,3 +27,60 @@ def test_optimizer_uses_paper_adam_settings():
     assert (cfg.adam_b1, cfg.adam_b2, cfg.adam_eps) == (0.9, 0.98, 1e-9)
     tx, sched = make_optimizer(TrainConfig(grad_clip_norm=1.0), 512)
     assert sched is not None and tx is not None
+
+
+_SETTINGS = [dict(), dict(grad_clip_norm=0.5), dict(weight_decay=0.01),
+             dict(grad_clip_norm=0.5, weight_decay=0.01)]
+
+
+def _params_and_grads(seed):
+    rng = np.random.default_rng(seed)
+    params = {"w": rng.normal(size=(4, 3)).astype(np.float32),
+              "b": rng.normal(size=(3,)).astype(np.float32)}
+    grads = [{k: (10 * rng.normal(size=v.shape)).astype(np.float32) for k, v in params.items()}
+             for _ in range(4)]  # global norms well over 0.5: clipping acts
+    return params, grads
+
+
+def _reference(cfg, schedule):
+    """The optax chain make_optimizer used to build: clip, then adam or adamw."""
+    args = (schedule, cfg.adam_b1, cfg.adam_b2, cfg.adam_eps)
+    adam = (optax.adamw(*args, weight_decay=cfg.weight_decay) if cfg.weight_decay > 0
+            else optax.adam(*args))
+    parts = [optax.clip_by_global_norm(cfg.grad_clip_norm)] if cfg.grad_clip_norm > 0 else []
+    return optax.chain(*parts, adam)
+
+
+@pytest.mark.parametrize("settings", _SETTINGS, ids=lambda s: "+".join(s) or "plain")
+def test_optimizer_updates_equal_optax_clip_and_adamw(settings):
+    cfg = TrainConfig(warmup_steps=2, **settings)
+    tx, schedule = make_optimizer(cfg, 16)
+    ref = _reference(cfg, schedule)
+    params, grads = _params_and_grads(0)
+    state, ref_state = tx.init(params), ref.init(params)
+    ref_params = params
+    for g in grads:
+        updates, state = tx.update(g, state, params)
+        ref_updates, ref_state = ref.update(g, ref_state, ref_params)
+        params = optax.apply_updates(params, updates)
+        ref_params = optax.apply_updates(ref_params, ref_updates)
+        for k in params:
+            np.testing.assert_array_equal(np.asarray(params[k]), np.asarray(ref_params[k]))
+    if settings:  # the settings act: the result is not plain Adam's
+        plain_tx, _ = make_optimizer(TrainConfig(warmup_steps=2), 16)
+        plain = _params_and_grads(0)[0]
+        plain_state = plain_tx.init(plain)
+        for g in grads:
+            updates, plain_state = plain_tx.update(g, plain_state, plain)
+            plain = optax.apply_updates(plain, updates)
+        assert not np.allclose(np.asarray(plain["w"]), np.asarray(params["w"]))
+
+def test_optimizer_state_layout_is_independent_of_clipping_and_decay():
+    params, _ = _params_and_grads(1)
+    plain_cfg = TrainConfig()
+    schedule = rsqrt_schedule(16, plain_cfg.warmup_steps)
+    # the layout of checkpoints saved before clipping and decay stopped changing it
+    expected = jax.tree.structure(optax.chain(optax.adam(schedule)).init(params))
+    for settings in _SETTINGS:
+        tx, _ = make_optimizer(TrainConfig(**settings), 16)
+        assert jax.tree.structure(tx.init(params)) == expected, settings
