@@ -44,6 +44,7 @@ STATE_ITEM = "state"          # the train state pytree (params, opt_state, step,
 DATA_ITEM = "data"            # JSON dict: the data iterator's resumable state
 AVERAGED_ITEM = "averaged"    # JSON dict in averaged checkpoints: which steps, from where
 PARAMS_KEY = "params"         # key (or attribute) of the parameters inside the train state
+OPT_STATE_KEY = "opt_state"   # key (or attribute) of the optimizer state
 _MAX_LISTED_PROBLEMS = 10
 
 
@@ -335,17 +336,40 @@ def _shapes_by_path(tree: PyTree) -> dict[str, tuple[int, ...]]:
             for path, leaf in leaves}
 
 
+def _tree_differences(tree: PyTree, other: PyTree, *, only_in_tree: str, only_in_other: str,
+                      shapes: str) -> list[str]:
+    """The array paths where `tree` and `other` differ, one line each, worded by the
+    format strings (fields: ``p`` the path, ``a`` its shape in `tree`, ``b`` in `other`);
+    shape differences first."""
+    a, b = _shapes_by_path(tree), _shapes_by_path(other)
+    problems = [shapes.format(p=p, a=a[p], b=b[p])
+                for p in sorted(a.keys() & b.keys()) if a[p] != b[p]]
+    problems += [only_in_other.format(p=p, b=b[p]) for p in sorted(b.keys() - a.keys())]
+    problems += [only_in_tree.format(p=p, a=a[p]) for p in sorted(a.keys() - b.keys())]
+    return problems
+
+
+def _listed(problems: list[str]) -> str:
+    more = len(problems) - _MAX_LISTED_PROBLEMS
+    listed = "; ".join(problems[:_MAX_LISTED_PROBLEMS])
+    return listed + (f"; and {more} more" if more > 0 else "")
+
+
 def _check_compatible(saved_tree: PyTree, target: PyTree, where: str) -> None:
-    """Raises ValueError listing the array paths where `saved_tree` and `target` differ."""
-    saved, wanted = _shapes_by_path(saved_tree), _shapes_by_path(target)
-    problems = [f"{p}: missing from the checkpoint" for p in sorted(wanted.keys() - saved.keys())]
-    problems += [f"{p}: in the checkpoint {saved[p]} but not in the target"
-                 for p in sorted(saved.keys() - wanted.keys())]
-    problems += [f"{p}: checkpoint has shape {saved[p]}, target expects {wanted[p]}"
-                 for p in sorted(saved.keys() & wanted.keys()) if saved[p] != wanted[p]]
-    if problems:
-        more = len(problems) - _MAX_LISTED_PROBLEMS
-        listed = "; ".join(problems[:_MAX_LISTED_PROBLEMS])
-        listed += f"; and {more} more" if more > 0 else ""
-        raise ValueError(f"checkpoint {where} is incompatible with the model (was it saved "
-                         f"with another config?): {listed}")
+    """Raises ValueError listing the array paths where `saved_tree` and `target` differ.
+
+    When only the optimizer state (``opt_state/...``) differs, says so: the model fits,
+    the optimizer settings (or the optimizer's state layout) changed.
+    """
+    problems = _tree_differences(
+        saved_tree, target, only_in_other="{p}: missing from the checkpoint",
+        only_in_tree="{p}: in the checkpoint {a} but not in the target",
+        shapes="{p}: checkpoint has shape {a}, target expects {b}")
+    if not problems:
+        return
+    if all(p.startswith(f"{OPT_STATE_KEY}/") for p in problems):
+        raise ValueError(f"checkpoint {where} holds another optimizer state than this run's "
+                         f"optimizer (were the optimizer settings changed?); the parameters "
+                         f"fit: {_listed(problems)}")
+    raise ValueError(f"checkpoint {where} is incompatible with the model (was it saved "
+                     f"with another config?): {_listed(problems)}")

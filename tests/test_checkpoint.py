@@ -17,6 +17,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jformer import checkpoint
 from jformer.checkpoint import Checkpointer
+from jformer.config import TrainConfig
+from jformer.schedules import make_optimizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _checkpoint_worker import flat_params, train_state  # noqa: E402
@@ -236,6 +238,51 @@ def test_errors_without_checkpoints(tmp_path):
     (tmp_path / "hand" / "7").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"hand/7 has no 'state' item \(an incomplete"):
         checkpoint.restore_params(tmp_path / "hand")
+
+
+def _optimizer_state(tcfg, step):
+    """A TrainState with make_optimizer(tcfg)'s opt_state after `step` updates."""
+    tx, _ = make_optimizer(tcfg, 16)
+    params = train_state(0)["params"]
+    params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+    opt_state = tx.init(params)
+    for i in range(step):
+        grads = jax.tree.map(lambda x: np.full_like(x, 0.5 + i), params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+    return TrainState(step=jnp.int32(step), params=params, opt_state=opt_state,
+                      rng=jnp.zeros((2,), jnp.uint32))
+
+
+@pytest.mark.parametrize("saved, resumed", [
+    ({}, {"grad_clip_norm": 1.0}), ({}, {"weight_decay": 0.01}),
+    ({"grad_clip_norm": 1.0, "weight_decay": 0.01}, {})])
+def test_changing_clipping_or_decay_resumes_the_checkpoint(tmp_path, saved, resumed):
+    state = _optimizer_state(TrainConfig(**saved), 3)
+    with Checkpointer(tmp_path, keep=1, save_every=1) as ckpt:
+        ckpt.save(20, state, {})
+    target = _abstract(_optimizer_state(TrainConfig(**resumed), 0))
+    with Checkpointer(tmp_path, keep=1, save_every=1) as ckpt:
+        restored, _ = ckpt.restore(abstract_state=target)
+    _assert_trees_equal(restored, state)
+
+
+def test_optimizer_state_mismatch_blames_the_optimizer_not_the_model(tmp_path):
+    state = _optimizer_state(TrainConfig(), 1)
+    with Checkpointer(tmp_path, keep=1, save_every=1) as ckpt:
+        ckpt.save(20, state, {})
+        # the layout make_optimizer built for clipped runs before it stopped depending on it
+        old = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+        target = _abstract(state.replace(opt_state=old.init(state.params)))
+        with pytest.raises(ValueError, match=r"checkpoint .*/20 holds another optimizer state "
+                                             r"than this run's optimizer \(were the optimizer "
+                                             r"settings changed\?\); the parameters fit: "
+                                             r"opt_state/1/0/count: missing from the checkpoint"):
+            ckpt.restore(abstract_state=target)
+        # a parameter mismatch as well: the model is to blame
+        params = dict(target.params, embed=jax.ShapeDtypeStruct((9, 4), jnp.float32))
+        with pytest.raises(ValueError, match="incompatible with the model"):
+            ckpt.restore(abstract_state=target.replace(params=params))
 
 
 def test_save_rejects_bad_arguments(tmp_path):
