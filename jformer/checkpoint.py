@@ -29,6 +29,7 @@ import json
 import logging
 import operator
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -148,15 +149,20 @@ class Checkpointer:
 
         Raises:
           FileNotFoundError: no checkpoint (or not that step) in the directory.
-          ValueError: the checkpoint does not fit `abstract_state` (names the array paths).
+          ValueError: the checkpoint does not fit `abstract_state` (names the array paths),
+            or its step folder is damaged: an item or array files missing or unreadable
+            (names the folder and what is missing).
         """
         self.wait()  # A step still being written cannot be read.
         step = _resolve_step(self._manager, self.directory, step)
         saved_tree = _state_metadata(self._manager, step)
         _check_compatible(saved_tree, abstract_state, f"{self.directory}/{step}")
-        restored = self._manager.restore(step, args=ocp.args.Composite(**{
-            STATE_ITEM: ocp.args.StandardRestore(abstract_state),
-            DATA_ITEM: ocp.args.JsonRestore()}))
+        try:
+            restored = self._manager.restore(step, args=ocp.args.Composite(**{
+                STATE_ITEM: ocp.args.StandardRestore(abstract_state),
+                DATA_ITEM: ocp.args.JsonRestore()}))
+        except (KeyError, ValueError, OSError) as e:  # shapes were checked: files damaged
+            raise _unreadable(f"{self.directory}/{step}", e) from e
         logger.info("restored checkpoint for step %d from %s", step, self.directory)
         return restored[STATE_ITEM], dict(restored[DATA_ITEM])
 
@@ -190,7 +196,8 @@ def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyT
 
     Raises:
       FileNotFoundError: `directory` holds no checkpoint (or not that step).
-      ValueError: the checkpoint's state has no ``params``.
+      ValueError: the checkpoint's state has no ``params``, or its step folder is damaged
+        (array files missing or unreadable).
     """
     directory = os.path.abspath(os.fspath(directory))
     with contextlib.closing(_read_only_manager(directory)) as manager:
@@ -205,10 +212,13 @@ def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyT
         # this process does not have.
         restore_args = jax.tree.map(
             lambda m: ocp.RestoreArgs(restore_type=np.ndarray, dtype=m.dtype), params_meta)
-        restored = manager.restore(step, args=ocp.args.Composite(**{
-            STATE_ITEM: ocp.args.PyTreeRestore(item={PARAMS_KEY: target},
-                                               restore_args={PARAMS_KEY: restore_args},
-                                               partial_restore=True)}))
+        try:
+            restored = manager.restore(step, args=ocp.args.Composite(**{
+                STATE_ITEM: ocp.args.PyTreeRestore(item={PARAMS_KEY: target},
+                                                   restore_args={PARAMS_KEY: restore_args},
+                                                   partial_restore=True)}))
+        except (KeyError, ValueError, OSError) as e:
+            raise _unreadable(f"{directory}/{step}", e) from e
     logger.info("restored params of step %d from %s", step, directory)
     return restored[STATE_ITEM][PARAMS_KEY]
 
@@ -315,11 +325,37 @@ def _state_metadata(manager: ocp.CheckpointManager, step: int) -> PyTree:
         metadata = manager.item_metadata(step)[STATE_ITEM]
     except KeyError:  # orbax: "Unknown key" when the step folder lacks the item
         metadata = None
+    except (ValueError, OSError) as e:  # tensorstore: array files missing or unreadable
+        raise _unreadable(f"{manager.directory}/{step}", e) from e
     if metadata is None:
         raise ValueError(f"checkpoint {manager.directory}/{step} has no '{STATE_ITEM}' item "
                          "(an incomplete or foreign folder): remove it, or pick another "
                          "step")
     return getattr(metadata, "tree", metadata)
+
+
+def _unreadable(where: str, error: Exception) -> ValueError:
+    """A one-line error for a step folder whose files orbax or tensorstore cannot read
+    (array files deleted, a truncated write...), naming what is missing when it can."""
+    text = str(error)
+    array = re.search(r'reading "([^"/]+)/', text)  # tensorstore: the array's key
+    absent = re.search(r'Item "([^"]+)" was not found', text)  # orbax: an item's folder
+    item = absent.group(1) if absent else next(
+        (name for name in (STATE_ITEM, DATA_ITEM, AVERAGED_ITEM) if f"{where}/{name}" in text),
+        None)
+    files = re.findall(r'local file "([^"]+)"', text)
+    what = (f"array '{array.group(1)}' of its '{item or STATE_ITEM}' item" if array
+            else f"its '{item}' item" if item else "it")
+    if absent:
+        cause = f"no {where}/{item} folder"
+    elif files:
+        cause = f"{'missing' if 'NOT_FOUND' in text else 'unreadable'} file {files[-1]}"
+    elif isinstance(error, FileNotFoundError) and error.filename:
+        cause = f"missing file {error.filename}"
+    else:
+        cause = f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"
+    return ValueError(f"checkpoint {where} is damaged: cannot read {what} ({cause}); remove "
+                      "the step folder, or pick another step")
 
 
 def _key_str(key: Any) -> str:

@@ -1,6 +1,7 @@
 """Tests for jformer/checkpoint.py: round trips, retention, crash safety, any-device restores."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -283,6 +284,47 @@ def test_optimizer_state_mismatch_blames_the_optimizer_not_the_model(tmp_path):
         params = dict(target.params, embed=jax.ShapeDtypeStruct((9, 4), jnp.float32))
         with pytest.raises(ValueError, match="incompatible with the model"):
             ckpt.restore(abstract_state=target.replace(params=params))
+
+
+def _two_steps(directory):
+    with Checkpointer(directory, keep=5, save_every=1) as ckpt:
+        for step in (10, 20):
+            ckpt.save(step, train_state(step), {"step": step})
+    return _abstract(train_state(0))
+
+
+def test_empty_step_folder_is_a_one_line_error(tmp_path):
+    abstract = _two_steps(tmp_path / "run")
+    (tmp_path / "run" / "30").mkdir()  # made by hand: orbax lists it as the latest step
+    pattern = r"run/30 has no 'state' item \(an incomplete or foreign folder\)"
+    with Checkpointer(tmp_path / "run", keep=5, save_every=1) as ckpt:
+        with pytest.raises(ValueError, match=pattern):
+            ckpt.restore(abstract_state=abstract)
+        ckpt.restore(20, abstract_state=abstract)  # the others still restore
+    with pytest.raises(ValueError, match=pattern):
+        checkpoint.average_checkpoints(tmp_path / "run", 2, tmp_path / "avg")
+
+
+def test_deleted_array_files_are_a_one_line_error(tmp_path):
+    abstract = _two_steps(tmp_path / "run")
+    shutil.rmtree(tmp_path / "run" / "20" / "state" / "d")
+    pattern = (r"checkpoint .*run/20 is damaged: cannot read array '[\w.]+' of its 'state' "
+               r"item \(missing file .*run/20/state/d/\w+\); remove the step folder")
+    with Checkpointer(tmp_path / "run", keep=5, save_every=1) as ckpt:
+        with pytest.raises(ValueError, match=pattern) as info:
+            ckpt.restore(abstract_state=abstract)
+        assert "\n" not in str(info.value)
+        _, data = ckpt.restore(10, abstract_state=abstract)
+        assert data == {"step": 10}
+    with pytest.raises(ValueError, match=pattern):
+        checkpoint.restore_params(tmp_path / "run")
+    with pytest.raises(ValueError, match=pattern):
+        checkpoint.average_checkpoints(tmp_path / "run", 2, tmp_path / "avg")
+    shutil.rmtree(tmp_path / "run" / "10" / "data")
+    with Checkpointer(tmp_path / "run", keep=5, save_every=1) as ckpt:
+        with pytest.raises(ValueError, match=r"run/10 is damaged: cannot read its 'data' item "
+                                             r"\(no .*run/10/data folder\)"):
+            ckpt.restore(10, abstract_state=abstract)
 
 
 def test_save_rejects_bad_arguments(tmp_path):
