@@ -236,13 +236,15 @@ def average_checkpoints(directory: str | os.PathLike, last_k: int,
       the steps averaged, ascending.
 
     Raises:
-      ValueError: fewer than `last_k` checkpoints exist, the checkpoints' params differ in
-        structure or shape, or `output_dir` already holds checkpoints.
+      ValueError: `output_dir` exists and is not an empty directory (checked first), fewer
+        than `last_k` checkpoints exist, a checkpoint is damaged, or the checkpoints'
+        params differ in structure or shape.
     """
     if not isinstance(last_k, int) or last_k < 1:
         raise ValueError(f"last_k must be a positive int; got {last_k!r}")
     directory = os.path.abspath(os.fspath(directory))
     output_dir = os.path.abspath(os.fspath(output_dir))
+    _check_new_output_dir(output_dir)  # before the reads, not after
     with contextlib.closing(_read_only_manager(directory)) as manager:
         steps = sorted(manager.all_steps())
     if len(steps) < last_k:
@@ -256,7 +258,12 @@ def average_checkpoints(directory: str | os.PathLike, last_k: int,
             dtypes = jax.tree.map(lambda x: x.dtype, params)
             sum_tree = jax.tree.map(lambda x: x.astype(np.float32), params)
             continue
-        _check_compatible(sum_tree, params, f"{directory}/{step} (params)")
+        problems = _tree_differences(params, sum_tree, only_in_tree=f"{{p}}: only in step {step}",
+                                     only_in_other=f"{{p}}: only in step {steps[0]}",
+                                     shapes="{p}: shape {a} vs {b}")
+        if problems:
+            raise ValueError(f"cannot average the params of {directory}: step {step} differs "
+                             f"from step {steps[0]}: {_listed(problems)}")
         sum_tree = jax.tree.map(lambda s, x: s + x.astype(np.float32), sum_tree, params)
     mean_tree = jax.tree.map(lambda s, dt: (s / np.float32(last_k)).astype(dt),
                              sum_tree, dtypes)
@@ -275,12 +282,23 @@ def _write_params_checkpoint(output_dir: str, step: int, params: PyTree,
                        AVERAGED_ITEM: ocp.JsonCheckpointHandler()},
         options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, create=True))
     with contextlib.closing(manager):
-        if manager.all_steps():
-            raise ValueError(f"output_dir {output_dir} already holds checkpoints "
-                             f"{sorted(manager.all_steps())}; pass an empty directory")
         manager.save(step, force=True, args=ocp.args.Composite(**{
             STATE_ITEM: ocp.args.StandardSave({PARAMS_KEY: params}),
             AVERAGED_ITEM: ocp.args.JsonSave(info)}))
+
+
+def _check_new_output_dir(output_dir: str) -> None:
+    """Raises ValueError unless `output_dir` is absent or an empty directory."""
+    if not os.path.exists(output_dir):
+        return
+    if not os.path.isdir(output_dir):
+        raise ValueError(f"output directory {output_dir} is a file; pass a new or empty "
+                         "directory")
+    entries = sorted(os.listdir(output_dir))
+    if entries:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ValueError(f"output directory {output_dir} is not empty (holds {shown}); pass "
+                         "a new or empty directory")
 
 
 def _remove_unfinished_saves(directory: str) -> None:

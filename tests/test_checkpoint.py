@@ -208,8 +208,42 @@ def test_average_checkpoints_is_the_mean_of_the_last_k(tmp_path):
     assert averaged["dense"]["bias"].dtype == jnp.bfloat16
     with pytest.raises(ValueError, match=r"last 5 checkpoints .* holds 4: steps \[1, 2, 3, 4\]"):
         checkpoint.average_checkpoints(ckpt_dir, 5, tmp_path / "avg5")
-    with pytest.raises(ValueError, match="already holds checkpoints"):
+    with pytest.raises(ValueError, match=r"avg is not empty \(holds 4\); pass a new or empty"):
         checkpoint.average_checkpoints(ckpt_dir, 2, out_dir)
+
+
+def test_average_checkpoints_names_the_step_that_differs(tmp_path):
+    ckpt_dir = tmp_path / "ckpt"
+    with Checkpointer(ckpt_dir, keep=5, save_every=1) as ckpt:
+        ckpt.save(10, {"params": {"bias": np.zeros(128, np.float32)}}, {})
+        ckpt.save(20, {"params": {"bias": np.zeros(64, np.float32),
+                                  "extra": np.zeros(2, np.float32)}}, {})
+    with pytest.raises(ValueError, match=r"ckpt: step 20 differs from step 10: bias: shape "
+                                         r"\(64,\) vs \(128,\)"):
+        checkpoint.average_checkpoints(ckpt_dir, 2, tmp_path / "avg")
+    with pytest.raises(ValueError, match=r"\(128,\); extra: only in step 20$"):
+        checkpoint.average_checkpoints(ckpt_dir, 2, tmp_path / "avg")
+
+
+def test_average_checkpoints_checks_the_output_dir_before_reading(tmp_path, monkeypatch):
+    ckpt_dir = tmp_path / "ckpt"
+    with Checkpointer(ckpt_dir, keep=5, save_every=1) as ckpt:
+        for step in (1, 2):
+            ckpt.save(step, train_state(step), {})
+    reads = []
+    monkeypatch.setattr(checkpoint, "restore_params",
+                        lambda *a, **k: reads.append(a) or pytest.fail("read before the check"))
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"used is not empty \(holds notes.txt\)"):
+        checkpoint.average_checkpoints(ckpt_dir, 2, tmp_path / "used")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"file is a file; pass a new or empty directory"):
+        checkpoint.average_checkpoints(ckpt_dir, 2, tmp_path / "file")
+    assert reads == [] and (tmp_path / "used" / "notes.txt").read_text() == "mine"
+    monkeypatch.undo()
+    (tmp_path / "empty").mkdir()  # an empty directory (or none) is fine
+    assert checkpoint.average_checkpoints(ckpt_dir, 2, tmp_path / "empty") == [1, 2]
 
 
 def test_restore_into_incompatible_model_names_path_and_shapes(tmp_path):
