@@ -2,6 +2,7 @@
 exact resumption, host sharding and packing invariants."""
 import dataclasses
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -156,6 +157,70 @@ def test_accum_steps_shapes_the_resume_fingerprint():
         batching.BatchIterator(short_src, short_tgt, single).get_state())
     with pytest.raises(ValueError, match="accum_steps must be a positive int; got 0"):
         dataclasses.replace(opts, accum_steps=0)
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_device_count_that_changes_no_rows_resumes(pack):
+    # rows 192/96/64 (packed: 24 at width 64) split in 2 devices x 2 micro-batches and in
+    # 1 device x 2 alike: every batch is the same, so a position moves between them
+    src, tgt = _corpus(300, max_len=24)
+    kw = dict(max_tokens=1536, boundaries=(8, 16, 24), accum_steps=2, pack=pack, pack_len=64)
+    two, one = _options(num_devices=2, **kw), _options(num_devices=1, **kw)
+    assert "num_devices" not in two.plan_key() and two.plan_key() == one.plan_key()
+    saved = batching.BatchIterator(src, tgt, two)
+    n = saved.num_batches()
+    _take(saved, n // 2)
+    state = json.loads(json.dumps(saved.get_state()))
+    resumed = batching.BatchIterator(src, tgt, one)
+    resumed.set_state(state)
+    _assert_same(_take(resumed, n), _take(saved, n))
+    # 6 devices x 2 need rows in multiples of 12: 24 packed rows are, 64 bucketed are not
+    six = _options(num_devices=6, **kw)
+    assert ("num_devices" in six.plan_key()) == (not pack)
+    assert (six.plan_key() == one.plan_key()) == pack
+
+
+def test_device_count_that_changes_rows_names_it_and_what_to_do():
+    src, tgt = _corpus(100)
+    state = batching.BatchIterator(src, tgt, _options(num_devices=2)).get_state()
+    assert "num_devices" in _options(num_devices=2).plan_key()  # 512 // 48 = 10 -> 10, 10
+    with pytest.raises(ValueError, match=r"num_devices: saved 2, now 4 \(fingerprint \w+, "
+                                         r"this iterator \w+\); resume with the original "
+                                         r"corpus and options on 2 devices, or start a new "
+                                         r"workdir"):
+        batching.BatchIterator(src, tgt, _options(num_devices=4)).set_state(state)
+
+
+def _fingerprint_before_device_counts_were_left_out(src, tgt, options):
+    """The fingerprint older versions saved: num_devices always in the key."""
+    d = dataclasses.asdict(options)
+    for k in ("shard_index", "num_shards"):
+        d.pop(k)
+    widths = [options.pack_len] if options.pack else list(options.boundaries)
+    if all(batching.rows_for(w, options.max_tokens, options.num_devices, options.accum_steps)
+           == batching.rows_for(w, options.max_tokens, options.num_devices) for w in widths):
+        d.pop("accum_steps")
+    crc = zlib.crc32(src.lengths.astype(np.int64).tobytes())
+    crc = zlib.crc32(tgt.lengths.astype(np.int64).tobytes(), crc)
+    return f"{zlib.crc32(repr(sorted(d.items())).encode(), crc):08x}", d
+
+
+@pytest.mark.parametrize("num_devices", [1, 2])
+def test_positions_saved_before_device_counts_were_left_out_still_resume(num_devices):
+    src, tgt = _corpus(300, max_len=24)
+    options = _options(num_devices=num_devices, max_tokens=1536, boundaries=(8, 16, 24))
+    fingerprint, old_options = _fingerprint_before_device_counts_were_left_out(
+        src, tgt, options)
+    it = batching.BatchIterator(src, tgt, options)
+    assert it.get_state()["fingerprint"] != fingerprint  # the key changed...
+    _take(it, 5)
+    state = dict(it.get_state(), fingerprint=fingerprint, options=old_options)
+    resumed = batching.BatchIterator(src, tgt, options)
+    resumed.set_state(state)  # ...but the old position still resumes
+    _assert_same(_take(resumed, 7), _take(it, 7))
+    other = batching.BatchIterator(src, tgt, dataclasses.replace(options, seed=9))
+    with pytest.raises(ValueError, match="seed: saved 3, now 9"):
+        other.set_state(state)
 
 
 # ----------------------------------------------------------------------------- bucketing

@@ -131,25 +131,48 @@ class BatchOptions:
             raise ValueError(f"num_devices ({self.num_devices}, global) must be a multiple of "
                              f"num_shards ({self.num_shards}) so every host gets whole rows")
 
-    def plan_options(self) -> dict[str, Any]:
-        """The options that shape the global plan (not which shard this host takes).
+    def _rows(self, num_devices: int, accum_steps: int) -> list[int]:
+        """Every batch shape's rows with these device and accumulation counts."""
+        widths = [self.pack_len] if self.pack else list(self.boundaries)
+        return [rows_for(w, self.max_tokens, num_devices, accum_steps) for w in widths]
 
-        accum_steps is left out when it changes no batch's rows (always for 1), so
-        positions saved before the field existed still resume, including runs whose rows
-        happened to divide into their micro-batches; otherwise it is part of the plan.
-        """
+    def all_plan_options(self) -> dict[str, Any]:
+        """Every option of the global plan, with num_devices and accum_steps as given."""
         d = dataclasses.asdict(self)
         for k in ("shard_index", "num_shards"):
             d.pop(k)
-        widths = [self.pack_len] if self.pack else list(self.boundaries)
-        if all(rows_for(w, self.max_tokens, self.num_devices, self.accum_steps)
-               == rows_for(w, self.max_tokens, self.num_devices) for w in widths):
+        return d
+
+    def plan_options(self) -> dict[str, Any]:
+        """The options that shape the global plan (not which shard this host takes).
+
+        num_devices and accum_steps only set every batch's rows (rows_for). num_devices is
+        left out when it changes no batch's rows for this accum_steps (always for 1), so a
+        run resumes on another device count when every batch is the same (e.g. 2 devices
+        x 2 micro-batches -> 1 device x 2 when the rows already split in 4). accum_steps
+        is left out when it changes no batch's rows for the num_devices kept (1 if left
+        out), so positions saved before the field existed still resume. Either way the
+        options kept give the same rows as the ones given.
+        """
+        d = self.all_plan_options()
+        if self._rows(self.num_devices, self.accum_steps) == self._rows(1, self.accum_steps):
+            d.pop("num_devices")
+        devices = d.get("num_devices", 1)
+        if self._rows(devices, self.accum_steps) == self._rows(devices, 1):
             d.pop("accum_steps")
         return d
 
     def plan_key(self) -> str:
         """:meth:`plan_options` as a canonical string (part of the resume fingerprint)."""
         return repr(sorted(self.plan_options().items()))
+
+    def legacy_plan_key(self) -> str:
+        """The key of positions saved before num_devices could be left out: num_devices
+        always kept, accum_steps left out when it changes no rows for it."""
+        d = self.all_plan_options()
+        if self._rows(self.num_devices, self.accum_steps) == self._rows(self.num_devices, 1):
+            d.pop("accum_steps")
+        return repr(sorted(d.items()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,9 +258,11 @@ class BatchIterator:
         crc = zlib.crc32(self._src_lens.astype(np.int64).tobytes())
         crc = zlib.crc32(self._tgt_lens.astype(np.int64).tobytes(), crc)
         self._fingerprint = f"{zlib.crc32(options.plan_key().encode(), crc):08x}"
+        # Positions saved by older versions, whose key always held num_devices: same plan.
+        self._legacy_fingerprint = f"{zlib.crc32(options.legacy_plan_key().encode(), crc):08x}"
         # Saved with the position, so a mismatch can say what changed.
         self._corpus = {"pairs": int(self._keys.size), "lengths_crc": f"{crc:08x}"}
-        self._options = json.loads(json.dumps(options.plan_options()))
+        self._options = json.loads(json.dumps(options.all_plan_options()))
         self._epoch, self._index = 0, 0
         self._cached: tuple[int, _Plan] | None = None
 
@@ -312,8 +337,8 @@ class BatchIterator:
         if isinstance(saved, dict):
             for name in sorted(set(saved) | set(self._options)):
                 if saved.get(name) != self._options.get(name):
-                    diffs.append(f"{name}: saved {saved.get(name)!r}, now "
-                                 f"{self._options.get(name)!r}")
+                    was = repr(saved[name]) if name in saved else "(not recorded)"
+                    diffs.append(f"{name}: saved {was}, now {self._options.get(name)!r}")
         corpus = state.get("corpus")
         if isinstance(corpus, dict) and corpus != self._corpus:
             diffs.append(f"corpus: saved {corpus.get('pairs')} pairs (lengths crc "
@@ -334,10 +359,15 @@ class BatchIterator:
                 and index >= 0):
             raise ValueError(f"state epoch and index must be ints >= 0; got {state!r}")
         fp = state.get("fingerprint", self._fingerprint)
-        if fp != self._fingerprint:
+        if fp not in (self._fingerprint, self._legacy_fingerprint):
+            saved = state.get("options")
+            devices = saved.get("num_devices") if isinstance(saved, dict) else None
+            where = (f" on {devices} devices" if devices not in (None, self.options.num_devices)
+                     else "")
             raise ValueError(f"state was saved for another corpus or batching options: "
                              f"{self._mismatch(state)} (fingerprint {fp}, this iterator "
-                             f"{self._fingerprint})")
+                             f"{self._fingerprint}); resume with the original corpus and "
+                             f"options{where}, or start a new workdir")
         if index > len(self._plan(epoch)):
             raise ValueError(f"state index {index} is past the {len(self._plan(epoch))} "
                              f"batches of epoch {epoch}")
