@@ -74,25 +74,19 @@ def test_nonfinite_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, s
     assert_trees_equal(good, restore_params(checkpoint_dir(w)))
 
 
-def test_pmap_job_matches_shard_map_job(tmp_path, shared_vocab):
-    a = workdir_with_vocab(tmp_path, "a", shared_vocab)
-    b = workdir_with_vocab(tmp_path, "b", shared_vocab)
-    _, sa = train_lib.train(tiny_config(num_steps=3), a)
-    _, sb = train_lib.train(tiny_config(num_steps=3, parallelism="pmap"), b)
-    for x, y in zip(leaves(sa.params), leaves(sb.params)):
-        np.testing.assert_allclose(x, y, atol=2e-6, rtol=1e-5)
-
-
 def test_pmap_and_shard_map_jobs_train_and_evaluate_alike(tmp_path, shared_vocab):
     # Periodic (step 2) and final (step 3) evaluations run the compiled eval step on the
     # parameters of each layout; pmap once passed an un-stacked copy and crashed.
-    finals, rows = {}, {}
+    finals, rows, params = {}, {}, {}
     for mode in ("shard_map", "pmap"):
         w = workdir_with_vocab(tmp_path, mode, shared_vocab)
         finals[mode] = train_lib.train_and_evaluate(
             tiny_config(num_steps=3, eval_every=2, parallelism=mode), w)
         rows[mode] = [json.loads(line) for line in open(os.path.join(w, "metrics.jsonl"))
                       if json.loads(line)["kind"] in ("eval", "final")]
+        params[mode] = restore_params(checkpoint_dir(w))
+    for x, y in zip(leaves(params["shard_map"]), leaves(params["pmap"]), strict=True):
+        np.testing.assert_allclose(x, y, atol=2e-6, rtol=1e-5)  # the same 3 steps
     assert [(r["kind"], r["step"]) for r in rows["pmap"]] == [("eval", 2), ("final", 3)]
     for a, b in zip(rows["shard_map"], rows["pmap"], strict=True):
         assert (a["kind"], a["step"]) == (b["kind"], b["step"])
@@ -183,11 +177,11 @@ def test_failed_resume_keeps_the_run_config_of_the_checkpoints(tmp_path, shared_
 
 def test_resume_with_another_architecture_is_refused_naming_each_field(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "arch", shared_vocab)
-    train_lib.train(tiny_config(num_steps=10), w)
+    train_lib.train(tiny_config(num_steps=2), w)
     path = os.path.join(w, train_lib.CONFIG_FILENAME)
     with open(path) as f:
         before = f.read()
-    other = tiny_config(num_steps=20)
+    other = tiny_config(num_steps=4)
     m = other.model
     m.activation, m.positional, m.norm = "gelu", "sinusoidal_concat", "pre"
     m.tie_output, m.layer_norm_epsilon = False, 1e-5
@@ -202,15 +196,15 @@ def test_resume_with_another_architecture_is_refused_naming_each_field(tmp_path,
     with open(path) as f:
         assert f.read() == before
     with Checkpointer(checkpoint_dir(w), keep=3, save_every=10) as ckpt:
-        assert ckpt.all_steps() == [10]
+        assert ckpt.all_steps() == [2]
     # Training-only settings (and dropout, a larger sinusoidal table) stay changeable.
-    resumed = tiny_config(num_steps=16, learning_rate_scale=0.5, eval_every=7, log_every=2,
+    resumed = tiny_config(num_steps=4, learning_rate_scale=0.5, eval_every=7, log_every=2,
                           checkpoint_every=8)
     resumed.model.dropout_rate, resumed.model.max_len = 0.2, 128
     _, state = train_lib.train(resumed, w)
-    assert int(state.step) == 16
+    assert int(state.step) == 4
     saved = json.load(open(path))
-    assert saved["train"]["num_steps"] == 16 and saved["model"]["dropout_rate"] == 0.2
+    assert saved["train"]["num_steps"] == 4 and saved["model"]["dropout_rate"] == 0.2
     assert saved["model"]["max_len"] == 128 and saved["model"]["activation"] == "relu"
 
 
