@@ -422,7 +422,8 @@ class Translator:
             beam_size 1 runs greedy search: a width-1 beam IS greedy, but the
             alive/finished beam formulation would keep a hypothesis alive after the best
             token was EOS and could return a longer, better-penalised one.
-          max_len: max output tokens (default: the bucket's a * len + b rule).
+          max_len: max output tokens, EOS included (default: the bucket's a * len + b
+            rule); more than model.max_len is capped there, with a warning.
           n_best: hypotheses per sentence (beam search: <= beam_size; else 1). Beam
             search keeps a sentence going until its n_best best finished hypotheses
             can't be beaten, so all n_best are finished unless max_len cuts them off
@@ -451,6 +452,10 @@ class Translator:
                              f"(each device decodes an equal share); got {batch_size}")
         top_k = cfg.top_k if top_k is None else top_k
         rng = jax.random.key(0) if rng is None else rng
+        if max_len is not None and max_len > self.model_cfg.max_len:
+            warnings.warn(f"max_len={max_len} is more than the model's positions "
+                          f"(model.max_len={self.model_cfg.max_len}); outputs are capped "
+                          f"at {self.model_cfg.max_len} tokens", stacklevel=2)
         sources = self.encode_sources(sentences)
         empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
         results: list[list[Hypothesis]] = [[empty] for _ in sentences]

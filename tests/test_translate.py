@@ -267,6 +267,17 @@ def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator
     assert int(out.num_steps) == CHUNK < spec.max_len  # one chunk, then the loop exits
 
 
+def test_max_len_above_the_model_positions_is_capped_with_a_warning(translator):
+    limit = translator.model_cfg.max_len
+    with pytest.warns(UserWarning, match=f"max_len={limit + 10} is more than the model's "
+                                         f"positions \\(model.max_len={limit}\\)"):
+        capped = translator.translate(SHORT[:2], method="greedy", max_len=limit + 10,
+                                      return_scores=True)
+    at_limit = translator.translate(SHORT[:2], method="greedy", max_len=limit,
+                                    return_scores=True)
+    assert [h.text for h in capped] == [h.text for h in at_limit]
+
+
 def test_empty_sentences_give_empty_translations_without_decoding(translator, monkeypatch):
     assert translator.translate(["", "   "]) == ["", ""]
 
