@@ -7,13 +7,19 @@ and sample translations. Only process 0 logs, writes summaries and the run confi
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: no workdir lock there
+    fcntl = None
 
 import jax
 import numpy as np
@@ -29,6 +35,7 @@ from jformer.sharding import DataParallel, make_mesh
 from jformer.train_step import TrainState, create_train_state, make_eval_step, make_train_step
 
 CONFIG_FILENAME = "config.json"
+LOCK_FILENAME = ".train.lock"
 _log = logging.getLogger(__name__)
 
 
@@ -150,6 +157,29 @@ def check_resume_config(workdir: str, model: config_lib.ModelConfig) -> None:
             f"{workdir} holds checkpoints of another model ({CONFIG_FILENAME}): "
             f"{'; '.join(changes)}. Resuming needs the saved values; train the new model "
             f"in a new workdir")
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str) -> Iterator[None]:
+    """Holds ``<workdir>/.train.lock`` (an exclusive flock, process 0) for one run.
+
+    A second training process on the same workdir would delete the first's unfinished
+    checkpoint saves and write the same steps; it stops instead, naming the lock. The
+    kernel drops the lock when its process ends, however it ends (SIGKILL included), so
+    a crashed run never blocks its own resume.
+    """
+    if fcntl is None or jax.process_index() != 0:
+        yield
+        return
+    path = os.path.join(workdir, LOCK_FILENAME)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{workdir} is in use by another training process (it holds "
+                             f"{path}); wait for it to end, or train in another "
+                             "workdir") from None
+        yield
 
 
 def host_params(params):
@@ -283,8 +313,9 @@ def _train(raw_config: Mapping[str, Any], workdir: str,
     early = validate_config(raw)
     os.makedirs(workdir, exist_ok=True)
     tcfg = early.train
-    with Checkpointer(checkpoint_dir(workdir), keep=tcfg.keep_checkpoints,
-                      save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints) as ckpt:
+    with workdir_lock(workdir), Checkpointer(
+            checkpoint_dir(workdir), keep=tcfg.keep_checkpoints,
+            save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints) as ckpt:
         if ckpt.latest_step() is not None:
             check_resume_config(workdir, early.model)  # before any data work
         job, state = build_job(raw, workdir)

@@ -1,5 +1,6 @@
 """Training-job tests on the built-in demo corpus with a tiny model."""
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -96,11 +97,23 @@ def test_pmap_and_shard_map_jobs_train_and_evaluate_alike(tmp_path, shared_vocab
     assert finals["pmap"]["step"] == 3 and 0 <= finals["pmap"]["bleu"] <= 100
 
 
+def test_a_second_training_process_on_a_workdir_stops_before_any_work(tmp_path,
+                                                                      shared_vocab):
+    w = workdir_with_vocab(tmp_path, "busy", shared_vocab)
+    with open(os.path.join(w, train_lib.LOCK_FILENAME), "a") as held:  # the other run
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ValueError, match=f"{w} is in use by another training process"):
+            train_lib.train(tiny_config(num_steps=2), w)
+    assert not os.path.exists(checkpoint_dir(w))  # it touched nothing
+
+
 def test_time_budget_ends_the_run_with_a_checkpoint_and_metrics_rows(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "budget", shared_vocab)
     # A budget of 0.06 ms is spent before the first step returns: the run stops at step 1.
     _, state = train_lib.train(tiny_config(num_steps=50, max_minutes=1e-6), w)
     assert int(state.step) == 1
+    with open(os.path.join(w, train_lib.LOCK_FILENAME), "a") as lock:  # released
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with Checkpointer(checkpoint_dir(w), keep=3, save_every=10) as ckpt:
         assert ckpt.all_steps() == [1]
     rows = [json.loads(line) for line in open(os.path.join(w, "metrics.jsonl"))]
