@@ -1,7 +1,8 @@
 """Train a Transformer: ``python train.py --config configs/demo.py --workdir runs/demo``.
 
 Any config field can be overridden: ``--config.train.num_steps=500``. Rerunning with
-the same workdir resumes from its latest checkpoint.
+the same workdir resumes from its latest checkpoint. Ctrl-C stops after the running step
+with a checkpoint of it (exit status 130); a second Ctrl-C stops at once.
 
 Bad input (an unknown or invalid config field, a missing file, a checkpoint or data
 position that does not fit the config, a diverging run) ends with one line,
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TFDS imports TensorFlow; keep it quiet
 
@@ -34,6 +36,9 @@ def main(argv):
     # OSErrors), checkpoints or data positions that do not fit, a diverging run.
     except (OSError, ValueError, train_lib.NonFiniteLossError) as e:
         fail(describe(e))
+    except train_lib.TrainingInterrupted as e:  # Ctrl-C, after a checkpoint
+        print(f"train.py: {e}", file=sys.stderr)
+        sys.exit(130)
     train_lib.report(final)
 
 

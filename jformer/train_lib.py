@@ -13,6 +13,9 @@ import json
 import logging
 import math
 import os
+import signal
+import sys
+import threading
 import time
 from typing import Any, Iterator, Mapping
 
@@ -344,7 +347,8 @@ def run_loop(job: Job, state, ckpt: Checkpointer, *,
     progress = Progress(job.workdir, start_step=step, num_steps=tcfg.num_steps,
                         start_time=job.start_time, budget_s=budget.seconds)
     try:
-        state = _steps(job, state, ckpt, progress, budget)
+        with StopRequest() as stop:
+            state = _steps(job, state, ckpt, progress, budget, stop)
         step = int(job.dp.get_state(state).step)
         final = None
         if final_eval:
@@ -355,8 +359,10 @@ def run_loop(job: Job, state, ckpt: Checkpointer, *,
     return state, final
 
 
-def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budget):
-    """Steps to ``train.num_steps`` (or the time budget); the last one is checkpointed."""
+def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budget,
+           stop: StopRequest | None = None):
+    """Steps to ``train.num_steps`` (or the time budget, or a Ctrl-C: ``stop``); the last
+    one is checkpointed. After a Ctrl-C, raises :class:`TrainingInterrupted` once saved."""
     tcfg = job.cfg.train
     step = int(job.dp.get_state(state).step)
     pending: list[Any] = []  # device metrics since the last host read (no per-step sync)
@@ -370,6 +376,8 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
         if budget.spent(step):
             last_step = step
             _log.info("train.max_minutes=%g reached at step %d", tcfg.max_minutes, step)
+        if stop is not None and stop.requested:
+            last_step = step
         due_ckpt = step % tcfg.checkpoint_every == 0 or step == last_step
         if step % tcfg.log_every == 0 or due_ckpt or step % tcfg.eval_every == 0:
             summed = _sum_metrics(job.dp, pending)
@@ -383,7 +391,46 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
             ckpt.save(step, job.dp.get_state(state), batches.get_state(),
                       force=step == last_step)
     ckpt.wait()
+    if stop is not None and stop.requested:
+        raise TrainingInterrupted(f"interrupted at step {step}, checkpoint saved; rerun "
+                                  "the same command to resume")
     return state
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C ended training after a step, with a checkpoint of that step."""
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) as a request: the step loop ends after the running step with a
+    checkpoint, as when the time budget is spent, then raises TrainingInterrupted; a
+    second Ctrl-C interrupts at once.
+
+    A flag, not Python's KeyboardInterrupt, which can land in a callback that swallows it
+    (one did in jax's garbage-collection callback, and training went on). Only in a
+    single-process run and on the main thread: elsewhere SIGINT keeps its handler (one
+    process stopping alone would leave the others waiting in a collective).
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> StopRequest:
+        if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: stopping after this step, with a checkpoint (Ctrl-C again to stop "
+              "at once)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc_info) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 class Budget:

@@ -3,8 +3,11 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import shutil
+import signal
 import struct
+import threading
 import time
 
 import jax
@@ -105,6 +108,27 @@ def test_a_second_training_process_on_a_workdir_stops_before_any_work(tmp_path,
         with pytest.raises(ValueError, match=f"{w} is in use by another training process"):
             train_lib.train(tiny_config(num_steps=2), w)
     assert not os.path.exists(checkpoint_dir(w))  # it touched nothing
+
+
+def test_ctrl_c_ends_the_run_after_a_step_with_its_checkpoint(tmp_path, shared_vocab):
+    w = workdir_with_vocab(tmp_path, "sigint", shared_vocab)
+    metrics = os.path.join(w, "metrics.jsonl")
+
+    def press_ctrl_c():  # once training is under way (a progress row is written)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(metrics) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    with pytest.raises(train_lib.TrainingInterrupted, match=r"interrupted at step (\d+), "
+                                                            r"checkpoint saved") as e:
+        train_lib.train(tiny_config(num_steps=10 ** 6, log_every=1), w)
+    step = int(re.search(r"step (\d+)", str(e.value)).group(1))
+    assert 1 <= step < 10 ** 6
+    with Checkpointer(checkpoint_dir(w), keep=3, save_every=10) as ckpt:
+        assert ckpt.latest_step() == step  # the step it stopped at, saved
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
 def test_time_budget_ends_the_run_with_a_checkpoint_and_metrics_rows(tmp_path, shared_vocab):

@@ -119,6 +119,16 @@ def test_errors_during_the_run_are_one_line_errors(tmp_path, exc, message):
     assert_one_line_error(out, message)
 
 
+def test_ctrl_c_after_its_checkpoint_is_one_line_and_status_130(tmp_path):
+    exc = ("train_lib.TrainingInterrupted('interrupted at step 7, checkpoint saved; rerun the "
+           "same command to resume')")
+    out = run_train("--config", "configs/demo.py", "--workdir", str(tmp_path),
+                    script=RAISING_MAIN.format(exc=exc))
+    assert out.returncode == 130 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.splitlines()[-1] == ("train.py: interrupted at step 7, checkpoint "
+                                           "saved; rerun the same command to resume")
+
+
 def test_a_bug_keeps_its_traceback(tmp_path):
     out = run_train("--config", "configs/demo.py", "--workdir", str(tmp_path),
                     script=RAISING_MAIN.format(exc="RuntimeError('a bug')"))
