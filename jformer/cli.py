@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="-", help="output file (default: stdout)")
     p.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES,
                    help="lines read, translated and written at a time")
+    p.add_argument("--n-best", type=int, default=1, metavar="N",
+                   help="write the N best beam hypotheses per line, best first, in Moses "
+                        "n-best format: 'ID ||| translation ||| score' (ID: 0-based input "
+                        "line; score: log-prob / length penalty)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     p = sub.add_parser("evaluate", help="translate a test set and print BLEU and chrF")
@@ -130,8 +134,10 @@ def _one_line(text: str) -> str:
 
 
 def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwargs: dict,
-                      quiet: bool, name: str) -> list[str]:
-    """Translates ``chunks`` (lists of lines) in order, writing and flushing each one.
+                      quiet: bool, name: str, n_best: int = 1) -> list[str]:
+    """Translates ``chunks`` (lists of lines) in order, writing and flushing each one;
+    returns the best translation of every line. ``n_best`` > 1 writes that many
+    hypotheses per line in Moses n-best format instead of one line per line.
 
     Chunk c samples with ``fold_in(rng, c)``: without it every chunk would restart the
     per-batch keys and repeat the first chunk's samples. An overlong line's error, or
@@ -141,6 +147,8 @@ def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwar
 
     from jformer.translate import OverlongError, OverlongWarning
 
+    if n_best > 1:
+        kwargs = dict(kwargs, n_best=n_best, return_scores=True)
     translator.translate([], **kwargs)  # checks the search arguments, before any output
     hyps: list[str] = []
     with tqdm(unit="sent", file=sys.stderr, disable=quiet, desc="translating") as bar:
@@ -150,7 +158,7 @@ def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwar
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", OverlongWarning)
-                    texts = translator.translate(chunk, **chunk_kwargs)
+                    results = translator.translate(chunk, **chunk_kwargs)
             except OverlongError as e:
                 raise ValueError(f"{name} line {first_line + e.index}: {e.detail}") from e
             for w in caught:  # the chunk's positions as the input's line numbers
@@ -159,9 +167,14 @@ def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwar
                               f"{w.message.detail}", file=sys.stderr)
                 else:
                     warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-            for text in texts:
-                out.write(_one_line(text) + "\n")
-                hyps.append(text)
+            for result in results:
+                if n_best > 1:  # Hypothesis lists, best first
+                    for h in result:
+                        out.write(f"{len(hyps)} ||| {_one_line(h.text)} ||| {h.score:.6f}\n")
+                    result = result[0].text
+                else:
+                    out.write(_one_line(result) + "\n")
+                hyps.append(result)
             out.flush()
             bar.update(len(chunk))
     return hyps
@@ -191,7 +204,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
         stack.callback(_release, out, sys.stdout)
         name = "stdin" if args.input == "-" else args.input
         _translate_stream(translator, line_batches(src, name, args.chunk_lines), out,
-                          _search_kwargs(args), args.quiet, name)
+                          _search_kwargs(args), args.quiet, name, args.n_best)
 
 
 def _release(f: TextIO, std: TextIO) -> None:

@@ -227,6 +227,25 @@ def test_truncation_warnings_name_the_input_line(workdir, tmp_path, capsys):
     assert all("more than model.max_len=40; truncated to 40" in w for w in warned)
 
 
+def test_n_best_lists_in_moses_format(workdir, reference, capsys, monkeypatch):
+    lines = ["Five.", "", "It is late."]
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--beam", 3, "--n-best",
+                                3, "--chunk-lines", 2, "--quiet"], capsys,
+                               "".join(line + "\n" for line in lines), monkeypatch)
+    assert status == 0, err
+    want = reference.translate(lines, beam_size=3, n_best=3, return_scores=True)
+    rows = [line.split(" ||| ") for line in out.splitlines()]
+    # the empty line gets one empty hypothesis; ids count input lines across chunks
+    assert [(int(i), text) for i, text, _ in rows] == [
+        (i, h.text) for i, hyps in enumerate(want) for h in hyps]
+    for (_, _, score), h in zip(rows, [h for hyps in want for h in hyps]):
+        assert float(score) == pytest.approx(h.score, abs=1e-5)
+    assert [len(hyps) for hyps in want] == [3, 1, 3]
+    status, _, err = run_cli(["translate", "--workdir", workdir, "--beam", 2, "--n-best", 3],
+                             capsys, "Five.\n", monkeypatch)
+    assert status == 1 and "n_best must be <= 2" in err
+
+
 def test_sampling_draws_new_keys_in_every_chunk(workdir, capsys, monkeypatch):
     """Chunks must not restart the per-batch keys: the same line sampled in 8 chunks of
     one line each gives different samples (the first chunk's would repeat otherwise)."""
