@@ -143,7 +143,7 @@ class BatchOptions:
             d.pop(k)
         return d
 
-    def plan_options(self) -> dict[str, Any]:
+    def plan_options(self, *, keep_devices: bool = False) -> dict[str, Any]:
         """The options that shape the global plan (not which shard this host takes).
 
         num_devices and accum_steps only set every batch's rows (rows_for). num_devices is
@@ -152,27 +152,21 @@ class BatchOptions:
         x 2 micro-batches -> 1 device x 2 when the rows already split in 4). accum_steps
         is left out when it changes no batch's rows for the num_devices kept (1 if left
         out), so positions saved before the field existed still resume. Either way the
-        options kept give the same rows as the ones given.
+        options kept give the same rows as the ones given. ``keep_devices``: keep
+        num_devices always, as positions saved before it could be left out did.
         """
         d = self.all_plan_options()
-        if self._rows(self.num_devices, self.accum_steps) == self._rows(1, self.accum_steps):
+        if not keep_devices and (self._rows(self.num_devices, self.accum_steps)
+                                 == self._rows(1, self.accum_steps)):
             d.pop("num_devices")
         devices = d.get("num_devices", 1)
         if self._rows(devices, self.accum_steps) == self._rows(devices, 1):
             d.pop("accum_steps")
         return d
 
-    def plan_key(self) -> str:
+    def plan_key(self, *, keep_devices: bool = False) -> str:
         """:meth:`plan_options` as a canonical string (part of the resume fingerprint)."""
-        return repr(sorted(self.plan_options().items()))
-
-    def legacy_plan_key(self) -> str:
-        """The key of positions saved before num_devices could be left out: num_devices
-        always kept, accum_steps left out when it changes no rows for it."""
-        d = self.all_plan_options()
-        if self._rows(self.num_devices, self.accum_steps) == self._rows(self.num_devices, 1):
-            d.pop("accum_steps")
-        return repr(sorted(d.items()))
+        return repr(sorted(self.plan_options(keep_devices=keep_devices).items()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +253,8 @@ class BatchIterator:
         crc = zlib.crc32(self._tgt_lens.astype(np.int64).tobytes(), crc)
         self._fingerprint = f"{zlib.crc32(options.plan_key().encode(), crc):08x}"
         # Positions saved by older versions, whose key always held num_devices: same plan.
-        self._legacy_fingerprint = f"{zlib.crc32(options.legacy_plan_key().encode(), crc):08x}"
+        legacy_key = options.plan_key(keep_devices=True)
+        self._legacy_fingerprint = f"{zlib.crc32(legacy_key.encode(), crc):08x}"
         # Saved with the position, so a mismatch can say what changed.
         self._corpus = {"pairs": int(self._keys.size), "lengths_crc": f"{crc:08x}"}
         self._options = json.loads(json.dumps(options.all_plan_options()))
