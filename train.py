@@ -20,7 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TFDS imports TensorFlow; k
 from absl import app
 
 from jformer.cpu_malloc import use_hugepage_malloc  # restarts once; see its docstring
-from jformer.train_flags import FLAGS, check_workdir, describe, fail, parse_flags
+from jformer.cli import describe_error
+from jformer.train_flags import FLAGS, check_workdir, fail, parse_flags
 
 
 def main(argv):
@@ -35,7 +36,7 @@ def main(argv):
     # Config, file and data problems (ConfigError is a ValueError; missing files are
     # OSErrors), checkpoints or data positions that do not fit, a diverging run.
     except (OSError, ValueError, train_lib.NonFiniteLossError) as e:
-        fail(describe(e))
+        fail(describe_error(e))
     except train_lib.TrainingInterrupted as e:  # Ctrl-C, after a checkpoint
         print(f"train.py: {e}", file=sys.stderr)
         sys.exit(130)

@@ -283,13 +283,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return EXIT_ERROR
     except (OSError, ValueError) as e:  # files, folders, configs, arguments, input text
-        print(f"jformer {args.command}: error: {_describe(e)}", file=sys.stderr)
+        print(f"jformer {args.command}: error: {describe_error(e)}", file=sys.stderr)
         return EXIT_ERROR
     return 0
 
 
-def _describe(e: Exception) -> str:
-    if isinstance(e, OSError) and e.filename is not None:
+def describe_error(e: BaseException) -> str:
+    """The one-line text of an expected error: "<reason>: <path>" for a file error."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
         return f"{e.strerror}: {e.filename}"
     return str(e)
 

@@ -33,12 +33,6 @@ def fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
-def describe(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.filename is not None and e.strerror:
-        return f"{e.strerror}: {e.filename}"
-    return str(e)
-
-
 def parse_flags(argv: Sequence[str]) -> list[str]:
     """absl's flag parsing, with every command-line mistake a one-line :func:`fail`.
 
