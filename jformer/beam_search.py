@@ -16,8 +16,9 @@ The last position (``max_len - 1``) forces EOS, as fairseq does: hypotheses stil
 there finish, paying their EOS log-prob, and compete on score with the others. Without
 it a row cut off at max_len would return any finished hypothesis, however poor (an
 immediate EOS, say), before a far better one that merely needed more room. (Where
-``min_len`` or the step function forbids EOS there, alive hypotheses stay unfinished.) See :mod:`jformer.decode` for
-the step function, the step/cache contract and the chunked early-exit loop.
+``min_len`` or the step function forbids EOS there, alive hypotheses stay unfinished.)
+See :mod:`jformer.decode` for the step function, the step/cache contract and the chunked
+early-exit loop.
 """
 from __future__ import annotations
 
@@ -159,8 +160,8 @@ def _final_beams(c: _BeamCarry, *, alpha: jax.typing.ArrayLike, eos_id: int,
 
 
 def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: int,
-                max_len: int, alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int, pad_id: int,
-                chunk_size: int = 8, min_len: int = 0,
+                max_len: int, alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int,
+                pad_id: int, chunk_size: int = 8, min_len: int = 0,
                 reorder: Reorder | None = None, n_best: int = 1) -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 

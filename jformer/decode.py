@@ -24,6 +24,8 @@ step would cost more than the wasted compute. Lengths count the EOS token.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 from typing import Callable, NamedTuple
 
@@ -61,7 +63,8 @@ def length_penalty(length: jax.typing.ArrayLike, alpha: jax.typing.ArrayLike) ->
     Beam search divides a finished hypothesis' log-prob sum by ``lp(length)`` where
     ``length`` counts the EOS token. Returns float32 with the shape of ``length``.
     """
-    return jnp.power((5.0 + jnp.asarray(length, jnp.float32)) / 6.0, jnp.asarray(alpha, jnp.float32))
+    return jnp.power((5.0 + jnp.asarray(length, jnp.float32)) / 6.0,
+                     jnp.asarray(alpha, jnp.float32))
 
 
 # --------------------------------------------------------------------------- validation
@@ -73,17 +76,18 @@ def _require(cond: bool, name: str, expected: str, got: object) -> None:
 
 
 def check_knob(value: object, name: str, *, strict: bool) -> None:
-    """A search setting that may be traced (alpha, temperature): a Python number must be
-    > 0 (``strict``) or >= 0; an array must be a float scalar (its value, unknown while
-    tracing, is the caller's to check)."""
-    expected = "a float > 0" if strict else "a float >= 0"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        _require(value > 0 if strict else value >= 0, name, expected, value)
+    """A search setting that may be traced (alpha, temperature): a number (Python or
+    numpy scalar) must be finite and > 0 (``strict``) or >= 0; an array must be a float
+    scalar (its value, unknown while tracing, is the caller's to check)."""
+    bound = "> 0" if strict else ">= 0"
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        _require(math.isfinite(value) and (value > 0 if strict else value >= 0), name,
+                 f"a finite number {bound}", value)
     else:
-        _require(isinstance(value, (jax.Array, np.ndarray, np.floating))
+        _require(isinstance(value, (jax.Array, np.ndarray))
                  and jnp.ndim(value) == 0 and jnp.issubdtype(jnp.result_type(value),
                                                               jnp.floating),
-                 name, f"{expected} or a float scalar array", value)
+                 name, f"a float {bound} or a float scalar array", value)
 
 
 def _as_int(value: object, name: str, minimum: int) -> int:
@@ -286,15 +290,17 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
 
 
 def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
-           max_len: int, temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0, bos_id: int,
-           eos_id: int, pad_id: int, chunk_size: int = 8, min_len: int = 0) -> DecodeResult:
+           max_len: int, temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0,
+           bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
+           min_len: int = 0) -> DecodeResult:
     """Ancestral sampling from softmax(logits / temperature), optionally top-k filtered.
 
     Step ``t`` draws with ``jax.random.fold_in(rng, t)``, so the output depends only on
     ``rng`` (not on ``chunk_size``). ``temperature``: a float, or a float scalar array
-    (traced: changing it does not recompile; > 0 is then the caller's to ensure). ``top_k=0`` samples from the full vocabulary;
-    ``top_k=1`` is greedy. Scores are the model's (untempered, unfiltered) log-probs of
-    the sampled tokens. Other arguments and the result are as in :func:`greedy_search`.
+    (traced: changing it does not recompile; > 0 is then the caller's to ensure).
+    ``top_k=0`` samples from the full vocabulary; ``top_k=1`` is greedy. Scores are the
+    model's (untempered, unfiltered) log-probs of the sampled tokens. Other arguments and
+    the result are as in :func:`greedy_search`.
     """
     check_knob(temperature, "temperature", strict=True)
     top_k = _as_int(top_k, "top_k", 0)

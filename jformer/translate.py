@@ -23,7 +23,6 @@ import dataclasses
 import functools
 import json
 import math
-import numbers
 import os
 import warnings
 from typing import Any, NamedTuple, Sequence
@@ -536,10 +535,8 @@ def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
             raise ValueError(f"{name} must be a positive int; got {value!r}")
     if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
         raise ValueError(f"max_len must be a positive int or None; got {max_len!r}")
-    for name, value, low in (("alpha", alpha, ">= 0"), ("temperature", temperature, "> 0")):
-        if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-                or not math.isfinite(value) or (value < 0 if low == ">= 0" else value <= 0)):
-            raise ValueError(f"{name} must be a finite number {low}; got {value!r}")
+    decode.check_knob(alpha, "alpha", strict=False)
+    decode.check_knob(temperature, "temperature", strict=True)
     widest = beam_size if method == "beam" else 1
     if n_best > widest:
         raise ValueError(f"n_best must be <= {widest} for method={method!r} with "
