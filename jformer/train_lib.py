@@ -360,7 +360,7 @@ def run_loop(job: Job, state, ckpt: Checkpointer, *,
 
 
 def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budget,
-           stop: StopRequest | None = None):
+           stop: StopRequest):
     """Steps to ``train.num_steps`` (or the time budget, or a Ctrl-C: ``stop``); the last
     one is checkpointed. After a Ctrl-C, raises :class:`TrainingInterrupted` once saved."""
     tcfg = job.cfg.train
@@ -376,7 +376,7 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
         if budget.spent(step):
             last_step = step
             _log.info("train.max_minutes=%g reached at step %d", tcfg.max_minutes, step)
-        if stop is not None and stop.requested:
+        if stop.requested:
             last_step = step
         due_ckpt = step % tcfg.checkpoint_every == 0 or step == last_step
         if step % tcfg.log_every == 0 or due_ckpt or step % tcfg.eval_every == 0:
@@ -391,7 +391,7 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
             ckpt.save(step, job.dp.get_state(state), batches.get_state(),
                       force=step == last_step)
     ckpt.wait()
-    if stop is not None and stop.requested:
+    if stop.requested:
         raise TrainingInterrupted(f"interrupted at step {step}, checkpoint saved; rerun "
                                   "the same command to resume")
     return state
