@@ -45,7 +45,8 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k best")
     p.add_argument("--seed", type=int, default=0,
-                   help="sampling seed (samples also depend on --devices)")
+                   help="sampling seed; a line's sample depends only on it and the line's "
+                        "number (not on --devices or batching)")
     p.add_argument("--devices", type=int, default=1,
                    help="decode each batch data-parallel over this many local devices; "
                         "the batch size must be a multiple (on a CPU: its cores split "
@@ -139,10 +140,12 @@ def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwar
     returns the best translation of every line. ``n_best`` > 1 writes that many
     hypotheses per line in Moses n-best format instead of one line per line.
 
-    Chunk c samples with ``fold_in(rng, c)``: without it every chunk would restart the
-    per-batch keys and repeat the first chunk's samples. An overlong line's error, or
-    its truncation warning, names ``name`` (the input) and the line number."""
+    Line i (0-based, over all chunks) samples with ``fold_in(rng, i)``, as it would in
+    one ``translate`` call of the whole input: samples do not depend on how the input
+    arrives in chunks. An overlong line's error, or its truncation warning, names
+    ``name`` (the input) and the line number."""
     import jax
+    import numpy as np
     from tqdm import tqdm
 
     from jformer.translate import OverlongError, OverlongWarning
@@ -152,9 +155,11 @@ def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwar
     translator.translate([], **kwargs)  # checks the search arguments, before any output
     hyps: list[str] = []
     with tqdm(unit="sent", file=sys.stderr, disable=quiet, desc="translating") as bar:
-        for chunk_no, chunk in enumerate(chunks):
-            chunk_kwargs = dict(kwargs, rng=jax.random.fold_in(kwargs["rng"], chunk_no))
+        for chunk in chunks:
             first_line = len(hyps) + 1
+            lines_N = np.arange(first_line - 1, first_line - 1 + len(chunk), dtype=np.uint32)
+            chunk_kwargs = dict(kwargs, rng=jax.vmap(jax.random.fold_in, (None, 0))(
+                kwargs["rng"], lines_N))
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", OverlongWarning)

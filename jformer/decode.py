@@ -289,31 +289,59 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
                          min_len=min_len)
 
 
+def row_keys(rng: jax.Array, batch_size: int) -> jax.Array:
+    """Per-row PRNG keys [batch_size] from ``rng``: a key gives row b ``fold_in(rng, b)``
+    (so a row's key does not depend on the batch size); keys [batch_size] are used as
+    given (typed keys, or raw ``PRNGKey`` data [2] / [batch_size, 2]). Raises ValueError
+    naming the shape otherwise."""
+    rng = jnp.asarray(rng) if isinstance(rng, np.ndarray) else rng
+    if (isinstance(rng, jax.Array) and rng.dtype == jnp.uint32 and rng.ndim in (1, 2)
+            and rng.shape[-1] == 2):  # raw jax.random.PRNGKey data
+        rng = jax.random.wrap_key_data(rng)
+    if not (isinstance(rng, jax.Array) and jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)):
+        raise ValueError(f"rng must be a PRNG key or keys [batch_size] (jax.random.key); "
+                         f"got {type(rng).__name__} {getattr(rng, 'dtype', '')}".rstrip())
+    if rng.ndim == 0:
+        return jax.vmap(lambda b: jax.random.fold_in(rng, b))(
+            jnp.arange(batch_size, dtype=jnp.uint32))
+    _require(rng.shape == (batch_size,), "rng", f"one key or keys [{batch_size}]",
+             rng.shape)
+    return rng
+
+
 def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
            max_len: int, temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0,
            bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
            min_len: int = 0) -> DecodeResult:
     """Ancestral sampling from softmax(logits / temperature), optionally top-k filtered.
 
-    Step ``t`` draws with ``jax.random.fold_in(rng, t)``, so the output depends only on
-    ``rng`` (not on ``chunk_size``). ``temperature``: a float, or a float scalar array
-    (traced: changing it does not recompile; > 0 is then the caller's to ensure).
-    ``top_k=0`` samples from the full vocabulary; ``top_k=1`` is greedy. Scores are the
-    model's (untempered, unfiltered) log-probs of the sampled tokens. Other arguments and
-    the result are as in :func:`greedy_search`.
+    ``rng``: a key, or one key per row [batch_size] (:func:`row_keys`). Row b draws step
+    ``t`` with ``fold_in(key_b, t)``, so a row's sample depends only on its own key and
+    step function, not on the other rows, the batch size or ``chunk_size``: give each
+    sentence its own key and it samples the same in any batch. ``temperature``: a float,
+    or a float scalar array (traced: changing it does not recompile; > 0 is then the
+    caller's to ensure). ``top_k=0`` samples from the full vocabulary; ``top_k=1`` is
+    greedy. Scores are the model's (untempered, unfiltered) log-probs of the sampled
+    tokens. Other arguments and the result are as in :func:`greedy_search`.
     """
     check_knob(temperature, "temperature", strict=True)
     top_k = _as_int(top_k, "top_k", 0)
+    keys_B = row_keys(rng, _as_int(batch_size, "batch_size", 1))
+
+    def draw(logits_BV: jax.Array, step: jax.Array) -> jax.Array:
+        # One categorical draw per row, each from its own key's stream.
+        def one(key, logits_V):
+            return jax.random.categorical(jax.random.fold_in(key, step), logits_V)
+        return jax.vmap(one)(keys_B, logits_BV / temperature)
 
     def choose(logp_BV: jax.Array, step: jax.Array) -> jax.Array:
-        key = jax.random.fold_in(rng, step)
         if top_k == 0:
-            return jax.random.categorical(key, logp_BV / temperature, axis=-1)
+            return draw(logp_BV, step)
         _require(top_k <= logp_BV.shape[-1], "top_k", f"<= vocab ({logp_BV.shape[-1]})",
                  top_k)
         # Draw among the k best only: exact k even with ties, and cheaper than masking V.
         top_logp_BK, top_ids_BK = fast_top_k(logp_BV, top_k)
-        pick_B = jax.random.categorical(key, top_logp_BK / temperature, axis=-1)
+        pick_B = draw(top_logp_BK, step)
         return jnp.take_along_axis(top_ids_BK, pick_B[:, None], axis=1)[:, 0]
 
     return _token_search(step_fn, state, choose, batch_size=batch_size, max_len=max_len,

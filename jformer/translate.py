@@ -208,7 +208,8 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
       output_DV: :func:`output_matrix` of the params (computed once per model).
       inputs_BS: int32 [batch, src_len] source ids (EOS-terminated, pad_id-padded).
       valid_B: bool [batch]; False rows are padding and finish at once.
-      rng: a PRNG key (used by sampling only).
+      rng: PRNG keys [batch], row b's sampling key (used by sampling only; a single
+        key gives row b ``fold_in(rng, b)``, see :func:`decode.row_keys`).
       alpha: beam search's length-penalty exponent (>= 0, checked by the caller).
       temperature: sampling's temperature (> 0, checked by the caller).
     Returns:
@@ -248,18 +249,18 @@ def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Ar
     Each device decodes its contiguous share of the batch rows (B must be a multiple of
     the device count) with replicated parameters, on its own: its own early exit, no
     collectives, results identical to one device's up to float rounding (the compiled
-    products may differ). Sampling folds the device index into ``rng``. ``num_steps`` is
-    the largest over the devices.
+    products may differ; each row samples with its own key of ``rng``, so sampling
+    gives what one device gives, too). ``num_steps`` is the largest over the devices.
     """
     def local(p, o, x, v, r, a, t):
-        r = jax.random.fold_in(r, jax.lax.axis_index(AXIS))
         out = decode_batch(p, o, x, v, r, a, t, model_cfg=model_cfg, spec=spec)
         return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
 
     rows = P(AXIS)
-    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, P(), P(), P()),
+    keys_B = decode.row_keys(rng, inputs_BS.shape[0])
+    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, rows, P(), P()),
                         out_specs=decode.DecodeResult(rows, rows, rows, rows, rows),
-                        check_vma=False)(params, output_DV, inputs_BS, valid_B, rng,
+                        check_vma=False)(params, output_DV, inputs_BS, valid_B, keys_B,
                                          jnp.float32(alpha), jnp.float32(temperature))
     return out._replace(num_steps=out.num_steps.max())
 
@@ -431,9 +432,10 @@ class Translator:
             of str.
           method: "beam" | "greedy" | "sample".
           temperature, top_k: sampling settings (default: decode_cfg).
-          rng: PRNG key for sampling (default: key 0); batch i uses fold_in(rng, i)
-            (and, with ``devices`` > 1, each device folds in its index: samples depend
-            on the device count).
+          rng: sampling key (default: key 0): sentence i samples with
+            ``fold_in(rng, i)``, so its sample depends on the key and its place in
+            ``sentences`` only, not on batching, bucketing or ``devices``; or one key
+            per sentence, [len(sentences)] (e.g. to continue a stream's numbering).
           batch_size: the most rows per compiled batch (default: decode_cfg.batch_size);
             a batch with fewer sentences runs on fewer rows (:func:`padded_rows`).
         Returns:
@@ -450,7 +452,7 @@ class Translator:
             raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
                              f"(each device decodes an equal share); got {batch_size}")
         top_k = cfg.top_k if top_k is None else top_k
-        rng = jax.random.key(0) if rng is None else rng
+        keys = decode.row_keys(jax.random.key(0) if rng is None else rng, len(sentences))
         if max_len is not None and max_len > self.model_cfg.max_len:
             warnings.warn(f"max_len={max_len} is more than the model's positions "
                           f"(model.max_len={self.model_cfg.max_len}); outputs are capped "
@@ -458,14 +460,15 @@ class Translator:
         sources = self.encode_sources(sentences)
         empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
         results: list[list[Hypothesis]] = [[empty] for _ in sentences]
-        for batch_no, (bucket, idx) in enumerate(self._plan(sources, batch_size)):
+        for bucket, idx in self._plan(sources, batch_size):
             out_len = (output_len(bucket, self.model_cfg, cfg, self.chunk_size)
                        if max_len is None else min(max_len, self.model_cfg.max_len))
             spec = self._spec(method, beam_size, out_len, top_k, n_best)
             rows = padded_rows(len(idx), batch_size,
                                1 if self.mesh is None else self.mesh.size)
-            hyps = self._decode([sources[i] for i in idx], bucket, rows, spec,
-                                jax.random.fold_in(rng, batch_no),
+            # Padding rows reuse a real row's key (their samples are discarded).
+            batch_keys = keys[np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")]
+            hyps = self._decode([sources[i] for i in idx], bucket, rows, spec, batch_keys,
                                 alpha if method == "beam" else 0.0, temperature, n_best)
             for i, h in zip(idx, hyps):
                 results[i] = h

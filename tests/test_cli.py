@@ -246,20 +246,24 @@ def test_n_best_lists_in_moses_format(workdir, reference, capsys, monkeypatch):
     assert status == 1 and "n_best must be <= 2" in err
 
 
-def test_sampling_draws_new_keys_in_every_chunk(workdir, capsys, monkeypatch):
-    """Chunks must not restart the per-batch keys: the same line sampled in 8 chunks of
-    one line each gives different samples (the first chunk's would repeat otherwise)."""
-    text = "The number is three.\n" * 8
-    status, out, err = run_cli(["translate", "--workdir", workdir, "--method", "sample",
-                                "--chunk-lines", 1, "--quiet", "--seed", 3], capsys, text,
-                               monkeypatch)
-    assert status == 0, err
-    samples = out.split("\n")[:-1]
+def test_samples_follow_line_numbers_not_chunks(workdir, capsys, monkeypatch):
+    """Line i samples with fold_in(seed key, i) over the whole input: the same line
+    repeated gives different samples, and chunking (1 line vs all at once) changes
+    nothing. Reproducible from the seed, and equal to one translate() call."""
+    lines = ["The number is three."] * 8
+    text = "\n".join(lines) + "\n"
+    outs = []
+    for chunk_lines in (1, 100, 1):
+        status, out, err = run_cli(["translate", "--workdir", workdir, "--method", "sample",
+                                    "--chunk-lines", chunk_lines, "--quiet", "--seed", 3],
+                                   capsys, text, monkeypatch)
+        assert status == 0, err
+        outs.append(out)
+    samples = outs[0].split("\n")[:-1]
     assert len(samples) == 8 and len(set(samples)) > 1
-    status, again, _ = run_cli(["translate", "--workdir", workdir, "--method", "sample",
-                                "--chunk-lines", 1, "--quiet", "--seed", 3], capsys, text,
-                               monkeypatch)
-    assert again == out  # still reproducible from the seed
+    assert outs[1] == outs[0] and outs[2] == outs[0]
+    translator = Translator.from_checkpoint(workdir)
+    assert translator.translate(lines, method="sample", rng=jax.random.key(3)) == samples
 
 
 def test_a_stray_carriage_return_does_not_split_a_line(workdir, tmp_path, capsys):

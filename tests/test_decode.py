@@ -364,16 +364,26 @@ def test_alive_hypotheses_are_returned_flagged_when_none_finish():
     np.testing.assert_allclose(out.scores[0, 0], expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("search", ["greedy", "beam"])
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
 def test_batch_equals_rows_one_by_one(search):
+    """Sampling too: row r of a batch sampled with key k draws with fold_in(k, r), and
+    alone with that key it samples the same (no dependence on the other rows)."""
     table = random_table(7, steps=10)
-    run = (lambda t: run_greedy(t, 10)) if search == "greedy" else \
-        (lambda t: run_beam(t, 10, alpha=0.6))
+    key = jax.random.key(4)
+
+    def run(t, keys=key):
+        if search == "sample":
+            return jax.jit(functools.partial(_search, "sample", max_len=10, temperature=20.0))(
+                jnp.asarray(t, jnp.float32), rows_state(len(t)), keys)
+        return run_greedy(t, 10) if search == "greedy" else run_beam(t, 10, alpha=0.6)
+
     batch = run(table)
     for r in range(B):
-        alone = run(table[r:r + 1])
+        alone = run(table[r:r + 1], jax.random.fold_in(key, r)[None])
         for got, ref in zip(alone[:4], batch[:4]):
             np.testing.assert_array_equal(got[0], ref[r])
+    if search == "sample":  # another key samples otherwise: the draws are not fixed
+        assert not np.array_equal(run(table, jax.random.key(9)).tokens, batch.tokens)
 
 
 def brute_force_best(logp_fn, max_len, vocab, alpha):

@@ -185,10 +185,11 @@ def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
         assert [h.text for h in got] == [h.text for h in want]
         np.testing.assert_allclose([h.score for h in got], [h.score for h in want],
                                    rtol=1e-5, atol=1e-5)
-    # Sampling: each device folds its index into the key; reproducible per key.
+    # Sampling: each sentence has its own key, so the devices sample what one does.
     sample = functools.partial(parallel.translate, SHORT, method="sample", temperature=2.0)
     first = sample(rng=jax.random.key(1))
-    assert sample(rng=jax.random.key(1)) == first
+    assert first == translator.translate(SHORT, method="sample", temperature=2.0,
+                                         rng=jax.random.key(1))
     assert sample(rng=jax.random.key(2)) != first
     with pytest.raises(ValueError, match=f"batch_size must be a multiple of devices={devices}"):
         parallel.translate(SHORT, batch_size=devices + 1)
@@ -334,6 +335,24 @@ def test_sampling_top_k_one_is_greedy_and_depends_on_the_key(translator):
     others = [translator.translate(SHORT, method="sample", rng=jax.random.key(s))
               for s in (1, 2)]
     assert any(o != first for o in others)
+
+
+def test_a_sample_does_not_depend_on_the_rest_of_the_batch(translator):
+    """Sentence i samples with fold_in(rng, i): batch size and bucketing do not change
+    it, and the sentence alone with that key samples the same."""
+    key = jax.random.key(5)
+    sample = functools.partial(translator.translate, method="sample", temperature=3.0)
+    together = sample(SHORT, rng=key)
+    assert len(set(together)) > 1
+    for batch_size in (1, 2, 3):
+        assert sample(SHORT, rng=key, batch_size=batch_size) == together
+    for i, sentence in enumerate(SHORT):
+        alone = sample([sentence], rng=jax.random.fold_in(key, i)[None])  # keys [1]
+        assert alone == [together[i]]
+    # Raw PRNGKey data works as a key; a key array of the wrong length is named.
+    assert sample(SHORT, rng=jax.random.key_data(key)) == together
+    with pytest.raises(ValueError, match=rf"rng must be one key or keys \[{len(SHORT)}\]"):
+        sample(SHORT, rng=jax.random.split(key, 2))
 
 
 def test_bad_arguments_raise_value_error(setup, translator):
