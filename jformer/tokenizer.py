@@ -12,6 +12,7 @@ would silently give a smaller vocabulary than the config asks for; pass
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -41,6 +42,24 @@ def _sample(sentences: Sequence[str], sample_size: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
     keep = np.sort(rng.choice(len(sentences), size=sample_size, replace=False))
     return [sentences[i] for i in keep if sentences[i]]
+
+
+def training_record(sentences: Sequence[str], vocab_size: int, model_type: str = "bpe",
+                    character_coverage: float = 1.0, sample_size: int = 1_000_000,
+                    seed: int = 0) -> dict:
+    """What :meth:`Tokenizer.train` with these arguments learns from: its settings, the
+    number of sentences it draws and their SHA-256. Training is deterministic, so equal
+    records mean the same model; a saved record tells whether an existing model was
+    learned from the corpus and settings at hand."""
+    corpus = _sample(list(sentences), sample_size, seed)
+    digest = hashlib.sha256()
+    for sentence in corpus:  # length-prefixed: sentences may hold any character
+        data = sentence.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return {"vocab_size": vocab_size, "model_type": model_type,
+            "character_coverage": float(character_coverage), "sentences": len(corpus),
+            "sha256": digest.hexdigest()}
 
 
 class Tokenizer:
@@ -96,11 +115,11 @@ class Tokenizer:
         model_bytes = _run_trainer(corpus, vocab_size, model_type, character_coverage, seed,
                                    hard_vocab_limit, num_threads or _default_threads())
         model_prefix = os.fspath(model_prefix)
-        _write_atomically(model_prefix + ".model", model_bytes)
+        write_atomically(model_prefix + ".model", model_bytes)
         tokenizer = cls.load(model_prefix + ".model")
         vocab = "".join(f"{tokenizer.id_to_piece(i)}\t{tokenizer._sp.GetScore(i)}\n"
                         for i in range(tokenizer.vocab_size))
-        _write_atomically(model_prefix + ".vocab", vocab.encode("utf-8"))  # for reading
+        write_atomically(model_prefix + ".vocab", vocab.encode("utf-8"))  # for reading
         _log.info("trained %s tokenizer %s.model: %d pieces from %d sentences", model_type,
                   model_prefix, tokenizer.vocab_size, len(corpus))
         return tokenizer
@@ -177,7 +196,8 @@ class Tokenizer:
         return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
-def _write_atomically(path: str, data: bytes) -> None:
+def write_atomically(path: str, data: bytes) -> None:
+    """Writes ``data`` under a temporary name in ``path``'s folder, then renames it."""
     out_dir = os.path.dirname(os.path.abspath(path))
     os.makedirs(out_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-" + os.path.basename(path))

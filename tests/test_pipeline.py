@@ -41,6 +41,45 @@ def test_a_workdir_tokenizer_of_another_vocab_size_is_rejected(train, workdir):
         pipeline.build_pipeline(other, workdir, "train")
 
 
+def test_the_tokenizer_is_reused_only_for_the_corpus_and_settings_it_learned(
+        train, tmp_path):
+    """spm.json records what spm.model was learned from; a run whose train split or
+    vocabulary settings would learn another model is refused, naming what differs."""
+    workdir = str(tmp_path)
+    first = pipeline.load_or_train_tokenizer(CFG, workdir)
+    record_path = os.path.join(workdir, pipeline.SPM_RECORD)
+    with open(record_path) as f:
+        record = json.load(f)
+    assert record["sentences"] == 2 * 600 and len(record["sha256"]) == 64
+    assert record["model_type"] == "bpe" and record["vocab_size"] == 400
+    pairs = pipeline.sources.load_split(CFG, "train")
+    mtime = os.path.getmtime(first.path)
+    assert pipeline.load_or_train_tokenizer(CFG, workdir, pairs).path == first.path
+    assert os.path.getmtime(first.path) == mtime  # same corpus: reused, not relearned
+    # Other sentences, same size and settings: silently reused before.
+    other = dataclasses.replace(CFG, demo_seed=1)
+    other_pairs = pipeline.sources.load_split(other, "train")
+    with pytest.raises(ValueError, match=r"spm.model was learned from another corpus or "
+                                         r"settings than this run's: train sentences "
+                                         r"\(1,200, sha256 [0-9a-f]{12}\) -> \(1,200, "
+                                         r".*--config.data.vocab_path=.*spm.model"):
+        pipeline.load_or_train_tokenizer(other, workdir, other_pairs)
+    unigram = dataclasses.replace(CFG, vocab_model_type="unigram")
+    with pytest.raises(ValueError, match=r"data.vocab_model_type 'bpe' -> 'unigram'"):
+        pipeline.load_or_train_tokenizer(unigram, workdir, pairs)
+    # Kept as it is on request; without the train split at hand nothing is checked.
+    kept = dataclasses.replace(other, vocab_path=first.path)
+    assert pipeline.load_or_train_tokenizer(kept, workdir, other_pairs).path == first.path
+    assert pipeline.load_or_train_tokenizer(other, workdir).path == first.path
+    # A damaged record is named; an older workdir without one is checked on size only.
+    with open(record_path, "w") as f:
+        f.write("{not json")
+    with pytest.raises(ValueError, match=r"spm.json: not a readable tokenizer record"):
+        pipeline.load_or_train_tokenizer(other, workdir, other_pairs)
+    os.remove(record_path)
+    assert pipeline.load_or_train_tokenizer(other, workdir, other_pairs).path == first.path
+
+
 def test_encoding_in_chunks_equals_one_call(train):
     from jformer.data import demo_corpus
 

@@ -8,20 +8,26 @@ BLEU) and a one-pass, unshuffled, bucketed batch iterator (for the loss). Packin
 The tokenizer is ``data.vocab_path`` when set, else ``<workdir>/spm.model``, trained
 from the train split (source and target sentences, one shared vocabulary) when the file
 does not exist yet. Training writes the file atomically and is deterministic, so hosts
-of a multi-host run that race to create it all end up with the same model.
+of a multi-host run that race to create it all end up with the same model. Next to it,
+``spm.json`` records what it was learned from (:func:`jformer.tokenizer.training_record`:
+settings, sentence count, SHA-256 of the sentences); a later run with the train split
+at hand reuses the model only if it would learn the same one, and otherwise stops,
+naming what differs (``data.vocab_path`` keeps a vocabulary as it is).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 
 from jformer.config import DataConfig
 from jformer.data import batching, sources
 from jformer.data.ragged import RaggedArray
-from jformer.tokenizer import Tokenizer
+from jformer.tokenizer import Tokenizer, training_record, write_atomically
 
 SPM_FILENAME = "spm.model"
+SPM_RECORD = "spm.json"  # what spm.model was learned from
 
 _log = logging.getLogger(__name__)
 
@@ -47,11 +53,15 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
                             train_pairs: list[sources.Pair] | None = None) -> Tokenizer:
     """Loads data.vocab_path or <workdir>/spm.model; trains the latter if absent.
 
-    train_pairs: the train split, if the caller has it already (else it is loaded).
+    train_pairs: the train split, if the caller has it already (else it is loaded to
+    train). With it, an existing <workdir>/spm.model is checked against its spm.json
+    record: learned from other sentences or settings, it is refused (ValueError naming
+    the differences). A model without a record (older workdirs) is checked on its size.
     """
     if data_cfg.vocab_path:
         return Tokenizer.load(data_cfg.vocab_path)  # FileNotFoundError names the path
     path = tokenizer_path(data_cfg, workdir)
+    record_path = os.path.join(os.path.dirname(path), SPM_RECORD)
     if os.path.isfile(path):
         tokenizer = Tokenizer.load(path)
         if tokenizer.vocab_size != data_cfg.vocab_size:  # learned under other settings
@@ -60,14 +70,61 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
                 f"{data_cfg.vocab_size}: it was learned for another config. Use another "
                 f"workdir, delete it to learn a new one, or set "
                 f"--config.data.vocab_size={tokenizer.vocab_size}")
+        if train_pairs is not None and os.path.isfile(record_path):
+            _check_record(path, record_path, _record(data_cfg, train_pairs))
         return tokenizer
     if train_pairs is None:
         train_pairs = sources.load_split(data_cfg, "train")
-    sentences = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
-    return Tokenizer.train(sentences, path.removesuffix(".model"), data_cfg.vocab_size,
+    record = _record(data_cfg, train_pairs)
+    # The record first: a crash before the model is written leaves no model to misjudge.
+    write_atomically(record_path, (json.dumps(record, indent=1) + "\n").encode())
+    return Tokenizer.train(_sentences(train_pairs), path.removesuffix(".model"),
+                           data_cfg.vocab_size, model_type=data_cfg.vocab_model_type,
+                           character_coverage=data_cfg.vocab_character_coverage,
+                           sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
+
+
+def _sentences(pairs: list[sources.Pair]) -> list[str]:
+    return [s for s, _ in pairs] + [t for _, t in pairs]
+
+
+def _record(data_cfg: DataConfig, train_pairs: list[sources.Pair]) -> dict:
+    return training_record(_sentences(train_pairs), data_cfg.vocab_size,
                            model_type=data_cfg.vocab_model_type,
                            character_coverage=data_cfg.vocab_character_coverage,
                            sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
+
+
+# record key -> how a user names it
+_RECORD_NAMES = {"vocab_size": "data.vocab_size", "model_type": "data.vocab_model_type",
+                 "character_coverage": "data.vocab_character_coverage"}
+
+
+def _check_record(model_path: str, record_path: str, now: dict) -> None:
+    """Refuses ``model_path`` unless its saved record equals ``now``."""
+    try:
+        with open(record_path, encoding="utf-8") as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict) or set(saved) != set(now):
+            raise ValueError(f"expected the keys {sorted(now)}")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{record_path}: not a readable tokenizer record ({e}); delete it "
+                         f"to reuse {model_path} unchecked, or delete both to learn a new "
+                         "vocabulary") from None
+    if saved == now:
+        return
+    diffs = [f"{name} {saved[key]!r} -> {now[key]!r}" for key, name in _RECORD_NAMES.items()
+             if saved[key] != now[key]]
+    if (saved["sentences"], saved["sha256"]) != (now["sentences"], now["sha256"]):
+        diffs.append(f"train sentences ({saved['sentences']:,}, sha256 "
+                     f"{saved['sha256'][:12]}) -> ({now['sentences']:,}, sha256 "
+                     f"{now['sha256'][:12]}) (another corpus, or data.vocab_sample_size / "
+                     "data.seed drew another sample)")
+    raise ValueError(
+        f"{model_path} was learned from another corpus or settings than this run's: "
+        f"{'; '.join(diffs)}. Use another workdir, delete {model_path} and {record_path} "
+        f"to learn a new vocabulary, or keep this one as it is with "
+        f"--config.data.vocab_path={model_path}")
 
 
 def batch_options(data_cfg: DataConfig, *, pad_id: int, train: bool, num_devices: int = 1,
