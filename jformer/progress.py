@@ -47,6 +47,7 @@ class Progress:
         self.start_time = time.monotonic() if start_time is None else start_time
         self.budget_s = budget_s
         self._t_last, self._step_last = time.perf_counter(), start_step
+        self._untimed = (0.0, 0.0)  # (steps, tokens) of the interval not in its time
         self._bar = self._writer = None
         if not self.enabled:
             return
@@ -60,6 +61,13 @@ class Progress:
         self._bar = tqdm(total=total, initial=start_step, desc="train", unit="step",
                          dynamic_ncols=True, file=sys.stderr, mininterval=1.0)
 
+    def compiled(self, tokens: float) -> None:
+        """The run's first step, compilation included, has just finished (``tokens``
+        target tokens): throughput is timed from now, without that step, so the first
+        interval's tokens/s is not diluted by the compile time."""
+        self._t_last = time.perf_counter()
+        self._untimed = (1.0, tokens)
+
     def train(self, step: int, summed: Mapping[str, float], learning_rate: float) -> None:
         """Per-interval training figures; ``summed`` are metric sums over the interval."""
         if not self.enabled:
@@ -69,21 +77,26 @@ class Progress:
         tokens = summed.get("tokens", 0.0)
         loss = summed.get("loss", 0.0) / max(tokens, 1.0)
         nll = summed.get("nll", 0.0) / max(tokens, 1.0)
-        tok_per_s = tokens / elapsed
+        (untimed_steps, untimed_tokens), self._untimed = self._untimed, (0.0, 0.0)
+        timed_steps = summed["steps"] - untimed_steps
+        # None: the interval was only the compiling step (log_every=1), nothing to time.
+        tok_per_s = (tokens - untimed_tokens) / elapsed if timed_steps > 0 else None
         self._bar.update(step - self._step_last)
-        postfix = dict(loss=f"{loss:.3f}", tok_s=f"{tok_per_s:,.0f}",
+        postfix = dict(loss=f"{loss:.3f}",
+                       tok_s="-" if tok_per_s is None else f"{tok_per_s:,.0f}",
                        lr=f"{float(learning_rate):.2e}")
         if self.budget_s is not None:
             left = max(self.budget_s - self._elapsed(), 0.0)
             postfix["budget_left"] = f"{int(left // 60)}:{int(left % 60):02d}"
         self._bar.set_postfix(**postfix, refresh=False)
         self._t_last, self._step_last = now, step
-        self._record("train", step, loss=loss, nll=nll, learning_rate=float(learning_rate),
-                     target_tokens_per_sec=tok_per_s)
-        for name, value in (("loss", loss), ("nll", nll), ("learning_rate", float(learning_rate)),
-                            ("target_tokens_per_sec", tok_per_s),
-                            ("grad_norm", summed.get("grad_norm", 0.0) / max(summed["steps"], 1)),
-                            ("steps_per_sec", (summed["steps"]) / elapsed)):
+        figures = dict(loss=loss, nll=nll, learning_rate=float(learning_rate))
+        if tok_per_s is not None:
+            figures.update(target_tokens_per_sec=tok_per_s,
+                           steps_per_sec=timed_steps / elapsed)
+        self._record("train", step, **figures)
+        figures["grad_norm"] = summed.get("grad_norm", 0.0) / max(summed["steps"], 1)
+        for name, value in figures.items():
             self._writer.add_scalar(f"train/{name}", value, step)
         self._writer.flush()
 

@@ -368,10 +368,14 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
     pending: list[Any] = []  # device metrics since the last host read (no per-step sync)
     batches = job.train_data.batches
     last_step = tcfg.num_steps
+    first = True
     while step < last_step:
         batch = next(batches)
         state, metrics = job.train_step(state, job.dp.put_batch(batch))
         pending.append(metrics)
+        if first:  # it compiled the step: tokens/s is timed from its end (one host sync)
+            progress.compiled(_sum_metrics(job.dp, [metrics]).get("tokens", 0.0))
+            first = False
         step += 1
         if budget.spent(step):
             last_step = step
