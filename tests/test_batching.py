@@ -89,6 +89,22 @@ def test_bucket_boundaries_and_rows():
     assert batching.rows_for(128, 1000, 8, accum_steps=3) == 24  # at least devices * accum
 
 
+def test_a_budget_below_one_row_per_device_is_refused_not_exceeded():
+    """rows_for never goes below one row per device and micro-batch; BatchOptions refuses
+    a budget that would need that floor, so no batch holds more than max_tokens."""
+    bounds = batching.bucket_boundaries(128)
+    with pytest.raises(ValueError, match=r"max_tokens=4096 .* widest bucket: 128 tokens x "
+                                         r"64 devices x 1 accumulation steps = 8192; raise "
+                                         r"data.max_tokens to at least 8192"):
+        batching.BatchOptions(max_tokens=4096, boundaries=bounds, num_devices=64)
+    with pytest.raises(ValueError, match=r"widest packed row: 64 tokens x 2 devices x 3 "
+                                         r"accumulation steps = 384.*data.pack_len"):
+        batching.BatchOptions(max_tokens=300, boundaries=bounds, num_devices=2, accum_steps=3,
+                              pack=True, pack_len=64)
+    ok = batching.BatchOptions(max_tokens=8192, boundaries=bounds, num_devices=64)
+    assert all(r * w <= 8192 for r, w in zip(ok._rows(64, 1), bounds))
+
+
 def test_filter_by_length_drop_and_truncate():
     src, tgt = _corpus(300, max_len=40)
     s2, t2, stats = batching.filter_by_length(src, tgt, 20, 25, "drop")

@@ -254,11 +254,17 @@ def test_changed_model_fields_skips_tokenizer_ids_dropout_and_dtype():
 
 def test_accum_steps_job_batches_split_into_micro_batches_and_train(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "accum", shared_vocab)
-    job, state = train_lib.train(tiny_config(num_steps=2, accum_steps=3), w)
     multiple = jax.device_count() * 3
+    cfg = tiny_config(num_steps=2, accum_steps=3)
+    cfg.data.max_tokens = cfg.data.pack_len * multiple  # one row per micro-batch
+    job, state = train_lib.train(cfg, w)
     rows = next(job.train_data.batches.epoch_batches(0))["inputs"].shape[0]
     assert rows % multiple == 0, (rows, multiple)
     assert int(state.step) == 2
+    cfg.data.max_tokens -= 1  # below a row per device and micro-batch: refused, not exceeded
+    with pytest.raises(ValueError, match=r"raise data.max_tokens to at least "
+                                         rf"{cfg.data.pack_len * multiple}"):
+        train_lib.train(cfg, workdir_with_vocab(tmp_path, "accum2", shared_vocab))
 
 
 def _overlong_config(max_len):

@@ -59,7 +59,8 @@ def bucket_boundaries(max_len: int, step: int = 8) -> tuple[int, ...]:
 def rows_for(width: int, max_tokens: int, num_devices: int, accum_steps: int = 1) -> int:
     """Rows of a batch padded to ``width``: max_tokens // width rounded DOWN to a multiple
     of num_devices * accum_steps, and at least that multiple (so every device's rows split
-    into accum_steps equal micro-batches)."""
+    into accum_steps equal micro-batches; :class:`BatchOptions` refuses a budget that
+    would need that floor at its widest shape, so its batches never exceed max_tokens)."""
     multiple = num_devices * accum_steps
     rows = (max_tokens // width) // multiple * multiple
     return max(rows, multiple)
@@ -130,6 +131,19 @@ class BatchOptions:
         if self.num_devices % self.num_shards:
             raise ValueError(f"num_devices ({self.num_devices}, global) must be a multiple of "
                              f"num_shards ({self.num_shards}) so every host gets whole rows")
+        # The budget must hold one row per device and micro-batch at the widest shape;
+        # rows_for would otherwise round a batch UP past it.
+        width = self.pack_len if self.pack else self.boundaries[-1]
+        least = width * self.num_devices * self.accum_steps
+        if self.max_tokens < least:
+            raise ValueError(
+                f"max_tokens={self.max_tokens} (the budget of the global batch) cannot hold "
+                f"one row per device and micro-batch at the widest "
+                f"{'packed row' if self.pack else 'bucket'}: {width} tokens x "
+                f"{self.num_devices} devices x {self.accum_steps} accumulation steps = "
+                f"{least}; raise data.max_tokens to at least {least}, or lower "
+                f"{'data.pack_len' if self.pack else 'data.max_source_len / max_target_len'}"
+                f" or train.accum_steps")
 
     def _rows(self, num_devices: int, accum_steps: int) -> list[int]:
         """Every batch shape's rows with these device and accumulation counts."""
