@@ -187,7 +187,7 @@ child children Kind Kinder Kindern
 glass glasses Glas Gläser Gläsern
 window windows Fenster Fenster Fenstern
 boat boats Boot Boote Booten
-sheep sheep Schaf Schafe Schafen
+pig pigs Schwein Schweine Schweinen
 egg eggs Ei Eier Eiern""")
 
 # English adjective order puts size/age/opinion before colour; German keeps the order.
