@@ -178,7 +178,7 @@ class Tokenizer:
                                  f"{rows.shape}")
             cleaned = self._clean_2d(rows)
         else:
-            cleaned = [self._clean_2d(np.asarray(r).reshape(1, -1))[0] for r in rows]
+            cleaned = [self._clean_2d(_row(r))[0] for r in rows]
         if not cleaned:
             return []
         return self._sp.Decode(cleaned, num_threads=num_threads or _default_threads())
@@ -187,6 +187,8 @@ class Tokenizer:
         """Rows of ids_BL [batch, len] cut before the first EOS, without PAD/BOS."""
         if not np.issubdtype(ids_BL.dtype, np.integer):
             raise ValueError(f"ids must be integers; got dtype {ids_BL.dtype}")
+        if ids_BL.shape[1] == 0:  # nothing to decode (argmax needs a column)
+            return [[] for _ in range(ids_BL.shape[0])]
         is_eos_BL = ids_BL == self.eos_id
         first_eos_B = np.where(is_eos_BL.any(axis=1), is_eos_BL.argmax(axis=1), ids_BL.shape[1])
         keep_BL = np.arange(ids_BL.shape[1])[None, :] < first_eos_B[:, None]
@@ -196,14 +198,23 @@ class Tokenizer:
         return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
+def _row(ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """One id sequence as a [1, len] array; an empty one is [1, 0] int (not float)."""
+    row = np.asarray(ids)
+    return (row if row.size else row.astype(np.int64)).reshape(1, -1)
+
+
 def write_atomically(path: str, data: bytes) -> None:
-    """Writes ``data`` under a temporary name in ``path``'s folder, then renames it."""
+    """Writes ``data`` under a temporary name in ``path``'s folder, flushed to disk,
+    then renames it over ``path``."""
     out_dir = os.path.dirname(os.path.abspath(path))
     os.makedirs(out_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-" + os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -67,6 +67,14 @@ def test_decode_stops_at_eos_and_skips_pad_and_bos(tok):
     assert tok.decode([ids_BL[0], b]) == tok.decode(ids_BL)
 
 
+def test_decode_of_empty_rows_gives_empty_strings(tok):
+    assert tok.decode(tok.encode([""], add_eos=False)) == [""]  # round trip
+    assert tok.decode([[], [tok.eos_id]]) == ["", ""]
+    assert tok.decode(np.zeros((2, 0), np.int32)) == ["", ""]
+    with pytest.raises(ValueError, match="ids must be integers; got dtype float64"):
+        tok.decode([[1.5]])
+
+
 def test_training_is_deterministic(tmp_path):
     sents = _sentences(200)
     t1 = Tokenizer.train(sents, tmp_path / "a", 350, sample_size=300, seed=5)
