@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 from flax import linen as nn
+from jax import lax
 
 from jformer import masks
 from jformer.config import ModelConfig
@@ -34,10 +35,33 @@ def shift_right(targets_BT: Array, bos_id: int, targets_position_BT: Array | Non
     return shifted
 
 
-def _positions(tokens_BL: Array, given_BL: Array | None) -> Array:
+def _check_packing(**arrays: Array | None) -> None:
+    """Integer segment ids / positions; source and target segment ids come together (the
+    cross mask needs both: with one alone it would silently span segments)."""
+    for name, x in arrays.items():
+        if x is not None and not jnp.issubdtype(x.dtype, jnp.integer):
+            raise ValueError(f"{name} must be an integer array; got {x.dtype}")
+    segs = {n: x for n, x in arrays.items() if n.endswith("_segmentation")}
+    if len(segs) == 2 and sum(x is None for x in segs.values()) == 1:
+        given = next(n for n, x in segs.items() if x is not None)
+        missing = next(n for n, x in segs.items() if x is None)
+        raise ValueError(f"packed rows need inputs_segmentation and targets_segmentation "
+                         f"together; got {given} without {missing}")
+
+
+def _positions(tokens_BL: Array, given_BL: Array | None,
+               segmentation_BL: Array | None = None) -> Array:
+    """Positions: as given; else counted from each segment's start (packed rows); else
+    0 .. L-1."""
     if given_BL is not None:
         return given_BL
-    return jnp.broadcast_to(jnp.arange(tokens_BL.shape[1]), tokens_BL.shape)
+    index_BL = jnp.broadcast_to(jnp.arange(tokens_BL.shape[1]), tokens_BL.shape)
+    if segmentation_BL is None:
+        return index_BL
+    # A segment starts where the id changes; position = index - index of that start.
+    starts_BL = jnp.concatenate([jnp.ones_like(segmentation_BL[:, :1], bool),
+                                 segmentation_BL[:, 1:] != segmentation_BL[:, :-1]], axis=1)
+    return index_BL - lax.cummax(jnp.where(starts_BL, index_BL, 0), axis=1)
 
 
 class _Stack(nn.Module):
@@ -72,8 +96,8 @@ class Encoder(_Stack):
     def __call__(self, inputs_BS: Array, inputs_segmentation_BS: Array | None = None,
                  inputs_position_BS: Array | None = None, deterministic: bool = True) -> Array:
         mask = masks.encoder_mask(inputs_BS, self.cfg.pad_id, inputs_segmentation_BS)
-        x_BSD = self.embed_tokens(inputs_BS, _positions(inputs_BS, inputs_position_BS),
-                                  deterministic)
+        positions_BS = _positions(inputs_BS, inputs_position_BS, inputs_segmentation_BS)
+        x_BSD = self.embed_tokens(inputs_BS, positions_BS, deterministic)
         for layer in self.layers:
             x_BSD = layer(x_BSD, mask, deterministic)
         return self.finish(x_BSD)
@@ -126,9 +150,10 @@ class Decoder(_Stack):
         self_mask = masks.decoder_mask(targets_BT, cfg.pad_id, targets_segmentation_BT)
         cross_mask = masks.cross_mask(targets_BT, inputs_BS, cfg.pad_id,
                                       targets_segmentation_BT, inputs_segmentation_BS)
-        decoder_in_BT = shift_right(targets_BT, cfg.bos_id, targets_position_BT)
-        y_BTD = self.embed_tokens(decoder_in_BT, _positions(targets_BT, targets_position_BT),
-                                  deterministic)
+        positions_BT = _positions(targets_BT, targets_position_BT, targets_segmentation_BT)
+        # BOS wherever a position is 0: every segment start of a packed row
+        decoder_in_BT = shift_right(targets_BT, cfg.bos_id, positions_BT)
+        y_BTD = self.embed_tokens(decoder_in_BT, positions_BT, deterministic)
         for layer in self.layers:
             y_BTD = layer(y_BTD, encoded_BSD, self_mask, cross_mask, deterministic)
         if project or (self.is_initializing() and not self.cfg.tie_output):
@@ -176,6 +201,12 @@ class Transformer(nn.Module):
 
     cfg: ModelConfig
 
+    def _check_length(self, name: str, tokens_BL: Array) -> None:
+        # Positions past the table would give NaN (an out-of-range gather), not an error.
+        if tokens_BL.shape[1] > self.cfg.max_len:
+            raise ValueError(f"{name} has {tokens_BL.shape[1]} positions; the model has "
+                             f"model.max_len={self.cfg.max_len}")
+
     def setup(self):
         cfg, dtype = self.cfg, dtype_of(self.cfg)
         if cfg.share_embeddings:
@@ -191,6 +222,8 @@ class Transformer(nn.Module):
                inputs_position: Array | None = None, deterministic: bool = True) -> Array:
         """Source ids int [batch, src_len] (pad_id = padding) -> encoded [batch, src_len, d_model]."""
         check_tokens("inputs", inputs)
+        self._check_length("inputs", inputs)
+        _check_packing(inputs_segmentation=inputs_segmentation, inputs_position=inputs_position)
         check_same_shape("inputs_segmentation", inputs_segmentation, "inputs", inputs)
         check_same_shape("inputs_position", inputs_position, "inputs", inputs)
         return self.encoder(inputs, inputs_segmentation, inputs_position, deterministic)
@@ -204,10 +237,14 @@ class Transformer(nn.Module):
 
         ``project=False``: the decoder's final states [batch, tgt_len, d_model] instead.
         """
+        check_tokens("inputs", inputs)
         check_tokens("targets", targets)
-        if encoded.ndim != 3 or encoded.shape[:2] != inputs.shape:
-            raise ValueError(f"encoded must be [batch, src_len, d_model] matching inputs "
-                             f"{tuple(inputs.shape)}; got {tuple(encoded.shape)}")
+        self._check_length("targets", targets)
+        self._check_encoded(encoded, inputs)
+        _check_packing(inputs_segmentation=inputs_segmentation,
+                       targets_segmentation=targets_segmentation,
+                       targets_position=targets_position)
+        check_same_shape("inputs_segmentation", inputs_segmentation, "inputs", inputs)
         check_same_shape("targets_segmentation", targets_segmentation, "targets", targets)
         check_same_shape("targets_position", targets_position, "targets", targets)
         return self.decoder(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
@@ -247,6 +284,9 @@ class Transformer(nn.Module):
         if inputs.shape[0] != targets.shape[0]:
             raise ValueError(f"inputs and targets must share the batch size; got "
                              f"{inputs.shape[0]} and {targets.shape[0]}")
+        _check_packing(inputs_segmentation=inputs_segmentation,
+                       targets_segmentation=targets_segmentation,
+                       inputs_position=inputs_position, targets_position=targets_position)
         encoded = self.encode(inputs, inputs_segmentation, inputs_position, deterministic)
         return self.decode(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
                            targets_position, deterministic, project)
@@ -259,6 +299,7 @@ class Transformer(nn.Module):
         (decode steps then take B*W tokens); None: one row per source (see kv_cache).
         """
         check_tokens("inputs", inputs)
+        self._check_encoded(encoded, inputs)
         if max_decode_len > self.cfg.max_len:
             raise ValueError(f"max_decode_len must be <= model.max_len={self.cfg.max_len}; "
                              f"got {max_decode_len}")
@@ -271,6 +312,22 @@ class Transformer(nn.Module):
         """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache).
 
         ``output_DV``: optional [d_model, vocab] copy of the tied output embedding
-        (``jformer.translate.output_matrix``), read by the output projection.
+        (``jformer.translate.output_matrix``), read by the output projection. With a beam
+        cache (``init_decode_state(beam_size=W)``) batch is sources * W.
         """
+        # Per-row caches may be tiled to B*G rows (G hypotheses per source); a beam cache
+        # holds B*W.
+        rows = (cache.self_k[0].shape[0] if cache.slot is None
+                else cache.slot.shape[0] * cache.slot.shape[1])
+        shape, dtype = getattr(tokens, "shape", None), getattr(tokens, "dtype", None)
+        if shape != (rows,) or not jnp.issubdtype(dtype, jnp.integer):
+            raise ValueError(f"tokens must be an integer array [{rows}] (the cache's rows"
+                             f"{'' if cache.slot is None else ': sources x beam'}); got "
+                             f"{dtype} {shape if shape is not None else type(tokens).__name__}")
         return self.decoder.step(tokens, step, cache, output_DV)
+
+    def _check_encoded(self, encoded: Array, inputs: Array) -> None:
+        want = (*inputs.shape, self.cfg.d_model)
+        if getattr(encoded, "shape", None) != want:
+            raise ValueError(f"encoded must be [batch, src_len, d_model] = {want} to match "
+                             f"inputs; got {getattr(encoded, 'shape', type(encoded).__name__)}")

@@ -1,4 +1,5 @@
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -157,10 +158,38 @@ def test_wrong_shapes_and_dtypes_raise_value_error_naming_argument():
     with pytest.raises(ValueError, match="share the batch size"):
         model.apply(v, inputs, targets[:1])
     with pytest.raises(ValueError, match="inputs_segmentation must have the shape"):
-        model.apply(v, inputs, targets, inputs_segmentation=jnp.ones((2, 3), jnp.int32))
+        model.apply(v, inputs, targets, inputs_segmentation=jnp.ones((2, 3), jnp.int32),
+                    targets_segmentation=jnp.ones_like(targets))
     encoded = model.apply(v, inputs, method=Transformer.encode)
     with pytest.raises(ValueError, match="max_decode_len must be"):
         model.apply(v, encoded, inputs, 99, method=Transformer.init_decode_state)
+    # Positions past model.max_len (NaN logits before), float positions, partial packing.
+    long = jnp.full((2, CFG.max_len + 1), 5, jnp.int32)
+    with pytest.raises(ValueError, match=rf"inputs has {CFG.max_len + 1} positions; the "
+                                         rf"model has model.max_len={CFG.max_len}"):
+        model.apply(v, long, targets)
+    with pytest.raises(ValueError, match=rf"targets has {CFG.max_len + 1} positions"):
+        model.apply(v, inputs, long)
+    with pytest.raises(ValueError, match="inputs_position must be an integer array; got float32"):
+        model.apply(v, inputs, targets, inputs_position=jnp.zeros(inputs.shape, jnp.float32))
+    with pytest.raises(ValueError, match="need inputs_segmentation and targets_segmentation "
+                                         "together; got targets_segmentation without "
+                                         "inputs_segmentation"):
+        model.apply(v, inputs, targets, targets_segmentation=jnp.ones_like(targets))
+    # Decoding: the encoded batch must match inputs; tokens must be the cache's rows.
+    with pytest.raises(ValueError, match=r"encoded must be \[batch, src_len, d_model\]"):
+        model.apply(v, encoded[:1], inputs, 5, method=Transformer.init_decode_state)
+    cache = model.apply(v, encoded, inputs, 5, method=Transformer.init_decode_state)
+    step = functools.partial(model.apply, v, method=Transformer.decode_step)
+    for bad in (jnp.zeros((2, 1), jnp.int32), jnp.zeros((3,), jnp.int32),
+                jnp.zeros((2,), jnp.float32)):
+        with pytest.raises(ValueError, match=r"tokens must be an integer array \[2\]"):
+            step(bad, 0, cache)
+    beams = model.apply(v, encoded, inputs, 5, 3, method=Transformer.init_decode_state)
+    with pytest.raises(ValueError, match=r"tokens must be an integer array \[6\] \(the "
+                                         r"cache's rows: sources x beam\)"):
+        step(jnp.zeros((2,), jnp.int32), 0, beams)
+    assert step(jnp.zeros((6,), jnp.int32), 0, beams)[0].shape == (6, CFG.vocab_size)
 
 
 def test_packed_rows_equal_separate_sentences():
@@ -178,6 +207,9 @@ def test_packed_rows_equal_separate_sentences():
     logits = model.apply(v, **packed)
     np.testing.assert_allclose(logits[0, :3], model.apply(v, src_a, tgt_a)[0], atol=1e-5)
     np.testing.assert_allclose(logits[0, 3:7], model.apply(v, src_b, tgt_b)[0], atol=1e-5)
+    # Without positions they are counted from each segment's start: the same logits.
+    derived = model.apply(v, **{k: x for k, x in packed.items() if "position" not in k})
+    np.testing.assert_allclose(derived, logits, atol=1e-6)
 
 
 @pytest.mark.parametrize("tie_output", [True, False])
