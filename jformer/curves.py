@@ -21,13 +21,15 @@ EVAL_KINDS = ("eval", "final")  # periodic validation, and the one after the las
 def read_metrics(workdir: str) -> list[dict]:
     """The rows of ``<workdir>/metrics.jsonl``, in file order.
 
-    A run resumed from a checkpoint appends to the file and restarts ``time_s``; rows of
-    later invocations are shifted so that time keeps increasing.
+    A resumed run appends to the file and restarts ``time_s`` (a monotonic clock, so it
+    only falls at a restart): rows of later invocations are shifted so that time keeps
+    increasing, and rows of earlier ones at or beyond the resumed invocation's first
+    step are dropped (a run killed between checkpoints logged steps it then redid).
     """
     path = os.path.join(workdir, METRICS_FILENAME)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no {METRICS_FILENAME} in {workdir} (written by train.py)")
-    rows, offset, last_time, last_step = [], 0.0, 0.0, -1
+    rows, offset, last_time = [], 0.0, 0.0
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -35,12 +37,18 @@ def read_metrics(workdir: str) -> list[dict]:
             try:
                 row = json.loads(line)
                 step, time_s = int(row["step"]), float(row["time_s"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{number}: not a metrics row ({e}): {line[:80]!r}")
-            if time_s + offset < last_time and step >= last_step:  # a resumed invocation
+                for key, value in row.items():
+                    if key != "kind" and (isinstance(value, bool)
+                                          or not isinstance(value, (int, float))):
+                        raise ValueError(f"field {key!r} must be a number; got {value!r}")
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"{path}:{number}: not a metrics row ({e}): "
+                                 f"{line[:80]!r}") from None
+            if time_s + offset < last_time:  # a resumed invocation
                 offset = last_time
-            row["time_s"] = time_s + offset
-            last_time, last_step = row["time_s"], step
+                rows = [r for r in rows if r["step"] < step]  # redone steps
+            row["step"], row["time_s"] = step, time_s + offset
+            last_time = row["time_s"]
             rows.append(row)
     return rows
 
@@ -49,11 +57,12 @@ def _series(rows: list[dict], kind: str, key: str) -> tuple[list[int], list[floa
     kinds = EVAL_KINDS if kind == "eval" else (kind,)
     picked = [r for r in rows if r.get("kind") in kinds and key in r]
     return ([r["step"] for r in picked], [r["time_s"] / 60.0 for r in picked],
-            [float(r[key]) for r in picked])
+            [r[key] for r in picked])
 
 
 def plot_curves(runs: Sequence[str], out_path: str, title: str = "") -> str:
-    """Writes the learning-curve PNG for ``runs`` (``path`` or ``label=path``)."""
+    """Writes the learning-curve PNG for ``runs`` (``path`` or ``label=path``; an existing
+    folder whose name holds "=" is taken as a path)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -63,7 +72,12 @@ def plot_curves(runs: Sequence[str], out_path: str, title: str = "") -> str:
         raise ValueError("give at least one run folder")
     fig, axes = plt.subplots(2, len(PANELS), figsize=(5 * len(PANELS), 7.5), squeeze=False)
     for run in runs:
-        label, _, path = run.rpartition("=") if "=" in run else ("", "", run)
+        # ``label=path``, split at the first "="; a folder that exists is a path whole
+        # (sweep folders like runs/lr=2)
+        if os.path.isdir(run) or "=" not in run:
+            label, path = "", run
+        else:
+            label, _, path = run.partition("=")
         label = label or os.path.basename(os.path.normpath(path))
         rows = read_metrics(path)
         for col, (kind, key, name) in enumerate(PANELS):
