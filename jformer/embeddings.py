@@ -19,8 +19,11 @@ def sinusoid_table(max_len: int, d_model: int, interleaved: bool = True) -> np.n
     """Sinusoidal positional encodings, float32 [max_len, d_model].
 
     interleaved=True is the paper's layout (sin on even, cos on odd dimensions);
-    False puts all sines in the first half and all cosines in the second
-    (tensor2tensor / fairseq layout). Both hold the same values, permuted.
+    False puts all sines in the first half and all cosines in the second (the layout of
+    tensor2tensor and fairseq). Both hold the same values, permuted: the paper's
+    frequencies 10000^(-2i/d_model). tensor2tensor and fairseq space theirs as
+    10000^(-i/(d_model/2 - 1)), slightly different, so their trained weights do not
+    carry over unchanged.
     """
     if d_model % 2:
         raise ValueError(f"d_model must be even for sinusoidal positions; got {d_model}")
