@@ -263,7 +263,10 @@ def test_samples_follow_line_numbers_not_chunks(workdir, capsys, monkeypatch):
     assert len(samples) == 8 and len(set(samples)) > 1
     assert outs[1] == outs[0] and outs[2] == outs[0]
     translator = Translator.from_checkpoint(workdir)
-    assert translator.translate(lines, method="sample", rng=jax.random.key(3)) == samples
+    texts = translator.translate(lines, method="sample", rng=jax.random.key(3))
+    # (the CLI writes one line per line: a sampled byte piece that decodes to \r or \n
+    # becomes a space)
+    assert [t.replace("\r", " ").replace("\n", " ") for t in texts] == samples
 
 
 def test_a_stray_carriage_return_does_not_split_a_line(workdir, tmp_path, capsys):
