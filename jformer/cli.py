@@ -144,10 +144,9 @@ def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwar
     one ``translate`` call of the whole input: samples do not depend on how the input
     arrives in chunks. An overlong line's error, or its truncation warning, names
     ``name`` (the input) and the line number."""
-    import jax
-    import numpy as np
     from tqdm import tqdm
 
+    from jformer.decode import row_keys
     from jformer.translate import OverlongError, OverlongWarning
 
     if n_best > 1:
@@ -157,9 +156,8 @@ def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwar
     with tqdm(unit="sent", file=sys.stderr, disable=quiet, desc="translating") as bar:
         for chunk in chunks:
             first_line = len(hyps) + 1
-            lines_N = np.arange(first_line - 1, first_line - 1 + len(chunk), dtype=np.uint32)
-            chunk_kwargs = dict(kwargs, rng=jax.vmap(jax.random.fold_in, (None, 0))(
-                kwargs["rng"], lines_N))
+            chunk_kwargs = dict(kwargs, rng=row_keys(kwargs["rng"], len(chunk),
+                                                     first=first_line - 1))
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", OverlongWarning)

@@ -289,11 +289,12 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
                          min_len=min_len)
 
 
-def row_keys(rng: jax.Array, batch_size: int) -> jax.Array:
-    """Per-row PRNG keys [batch_size] from ``rng``: a key gives row b ``fold_in(rng, b)``
-    (so a row's key does not depend on the batch size); keys [batch_size] are used as
-    given (typed keys, or raw ``PRNGKey`` data [2] / [batch_size, 2]). Raises ValueError
-    naming the shape otherwise."""
+def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
+    """Per-row PRNG keys [batch_size] from ``rng``: a key gives row b
+    ``fold_in(rng, first + b)`` (so a row's key does not depend on the batch size; a
+    stream read in chunks passes each chunk's first row number); keys [batch_size] are
+    used as given (typed keys, or raw ``PRNGKey`` data [2] / [batch_size, 2]). Raises
+    ValueError naming the shape otherwise."""
     rng = jnp.asarray(rng) if isinstance(rng, np.ndarray) else rng
     if (isinstance(rng, jax.Array) and rng.dtype == jnp.uint32 and rng.ndim in (1, 2)
             and rng.shape[-1] == 2):  # raw jax.random.PRNGKey data
@@ -303,7 +304,7 @@ def row_keys(rng: jax.Array, batch_size: int) -> jax.Array:
                          f"got {type(rng).__name__} {getattr(rng, 'dtype', '')}".rstrip())
     if rng.ndim == 0:
         return jax.vmap(lambda b: jax.random.fold_in(rng, b))(
-            jnp.arange(batch_size, dtype=jnp.uint32))
+            jnp.arange(first, first + batch_size, dtype=jnp.uint32))
     _require(rng.shape == (batch_size,), "rng", f"one key or keys [{batch_size}]",
              rng.shape)
     return rng

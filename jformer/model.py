@@ -284,9 +284,6 @@ class Transformer(nn.Module):
         if inputs.shape[0] != targets.shape[0]:
             raise ValueError(f"inputs and targets must share the batch size; got "
                              f"{inputs.shape[0]} and {targets.shape[0]}")
-        _check_packing(inputs_segmentation=inputs_segmentation,
-                       targets_segmentation=targets_segmentation,
-                       inputs_position=inputs_position, targets_position=targets_position)
         encoded = self.encode(inputs, inputs_segmentation, inputs_position, deterministic)
         return self.decode(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
                            targets_position, deterministic, project)

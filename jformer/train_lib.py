@@ -35,6 +35,7 @@ from jformer.model import Transformer
 from jformer.progress import Progress
 from jformer.schedules import make_optimizer
 from jformer.sharding import DataParallel, make_mesh
+from jformer.tokenizer import write_atomically
 from jformer.train_step import TrainState, create_train_state, make_eval_step, make_train_step
 
 CONFIG_FILENAME = "config.json"
@@ -113,11 +114,8 @@ def write_run_config(workdir: str, cfg: config_lib.Config) -> None:
     """<workdir>/config.json: what inference needs to rebuild the model (process 0)."""
     if jax.process_index() != 0:
         return
-    path = os.path.join(workdir, CONFIG_FILENAME)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(config_lib.to_dict(cfg), f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    text = json.dumps(config_lib.to_dict(cfg), indent=2, sort_keys=True)
+    write_atomically(os.path.join(workdir, CONFIG_FILENAME), text.encode("utf-8"))
 
 
 # Model fields a resumed run may change: those set from the tokenizer (a resumed run

@@ -71,14 +71,15 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
                 f"workdir, delete it to learn a new one, or set "
                 f"--config.data.vocab_size={tokenizer.vocab_size}")
         if train_pairs is not None and os.path.isfile(record_path):
-            _check_record(path, record_path, _record(data_cfg, train_pairs))
+            _check_record(path, record_path, _record(data_cfg, _sentences(train_pairs)))
         return tokenizer
     if train_pairs is None:
         train_pairs = sources.load_split(data_cfg, "train")
-    record = _record(data_cfg, train_pairs)
+    sentences = _sentences(train_pairs)
     # The record first: a crash before the model is written leaves no model to misjudge.
-    write_atomically(record_path, (json.dumps(record, indent=1) + "\n").encode())
-    return Tokenizer.train(_sentences(train_pairs), path.removesuffix(".model"),
+    write_atomically(record_path,
+                     (json.dumps(_record(data_cfg, sentences), indent=1) + "\n").encode())
+    return Tokenizer.train(sentences, path.removesuffix(".model"),
                            data_cfg.vocab_size, model_type=data_cfg.vocab_model_type,
                            character_coverage=data_cfg.vocab_character_coverage,
                            sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
@@ -88,8 +89,8 @@ def _sentences(pairs: list[sources.Pair]) -> list[str]:
     return [s for s, _ in pairs] + [t for _, t in pairs]
 
 
-def _record(data_cfg: DataConfig, train_pairs: list[sources.Pair]) -> dict:
-    return training_record(_sentences(train_pairs), data_cfg.vocab_size,
+def _record(data_cfg: DataConfig, sentences: list[str]) -> dict:
+    return training_record(sentences, data_cfg.vocab_size,
                            model_type=data_cfg.vocab_model_type,
                            character_coverage=data_cfg.vocab_character_coverage,
                            sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
