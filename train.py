@@ -19,14 +19,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TFDS imports TensorFlow; k
 
 from absl import app
 
-from jformer.cpu_malloc import use_hugepage_malloc  # restarts once; see its docstring
-from jformer.cli import describe_error
-from jformer.train_flags import FLAGS, check_workdir, fail, parse_flags
+from jformer.cli.cpu_malloc import use_hugepage_malloc  # restarts once; see its docstring
+from jformer.cli.commands import describe_error
+from jformer.cli.train_flags import FLAGS, check_workdir, fail, parse_flags
 
 
 def main(argv):
     del argv  # parse_flags allows no positional arguments
-    from jformer import train_lib  # after flag parsing: jax.distributed must come first
+    from jformer.train import loop as train_lib  # after flag parsing: jax.distributed must come first
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:

@@ -26,7 +26,7 @@ sys.path.insert(0, REPO)
 from jformer.config import DataConfig  # noqa: E402
 from jformer.data import batching, pipeline, sources  # noqa: E402
 from jformer.data.ragged import RaggedArray  # noqa: E402
-from jformer.tokenizer import Tokenizer  # noqa: E402
+from jformer.data.tokenizer import Tokenizer  # noqa: E402
 
 # The lead's reference figure: a small-config train step on a [64, 32] batch takes about
 # 0.5 s on the CPU, and the input pipeline should be 10x faster than that (>= 20 batches/s).

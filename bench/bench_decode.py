@@ -7,7 +7,7 @@ Random float32 parameters (nothing is downloaded; ``--dtype bfloat16`` computes 
 over them, as ``model.dtype=bfloat16`` does), source length 32, EXACTLY 32
 generated tokens per sentence: EOS is forbidden until the end (min_len = max_len), so
 every search runs all its steps; beam search counts 32 tokens per sentence, not per
-beam. "cached" times ``jformer.translate.decode_batch`` (encoder + cache init + search,
+beam. "cached" times ``jformer.inference.translator.decode_batch`` (encoder + cache init + search,
 one compiled program); "recompute" is the baseline defined here: a step function that
 re-runs the teacher-forced decoder over the whole (fixed-size) output buffer at every
 step. Both must pick the same tokens (checked and printed). ``--devices N`` makes N CPU
@@ -37,13 +37,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from jformer import decode  # noqa: E402
-from jformer.beam_search import beam_search  # noqa: E402
+from jformer.search import loop as decode  # noqa: E402
+from jformer.search.beam import beam_search  # noqa: E402
 from jformer.config import ModelConfig  # noqa: E402
-from jformer.masks import NEG_INF  # noqa: E402
-from jformer.model import Transformer  # noqa: E402
-from jformer.sharding import make_mesh  # noqa: E402
-from jformer.translate import (SearchSpec, decode_batch, decode_batch_parallel,  # noqa: E402
+from jformer.model.masks import NEG_INF  # noqa: E402
+from jformer.model.transformer import Transformer  # noqa: E402
+from jformer.train.sharding import make_mesh  # noqa: E402
+from jformer.inference.translator import (SearchSpec, decode_batch, decode_batch_parallel,  # noqa: E402
                                output_matrix)
 
 CONFIGS = {

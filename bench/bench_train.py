@@ -55,7 +55,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from jformer.cpu_malloc import HUGEPAGE_ENV  # noqa: E402  (after the path insert)
+from jformer.cli.cpu_malloc import HUGEPAGE_ENV  # noqa: E402  (after the path insert)
 
 BATCH, SRC_LEN, TGT_LEN = 64, 32, 32
 # Same shapes as ../shared/bench/peer_torch.py.
@@ -185,10 +185,10 @@ def _build(config: str, dtype: str, dropout: float):
     """The compiled one-device train step, its state and 4 device batches."""
     import jax
     from jformer.config import ModelConfig, TrainConfig
-    from jformer.model import Transformer
-    from jformer.schedules import make_optimizer
-    from jformer.sharding import DataParallel, make_mesh
-    from jformer.train_step import create_train_state, make_train_step
+    from jformer.model.transformer import Transformer
+    from jformer.train.schedules import make_optimizer
+    from jformer.train.sharding import DataParallel, make_mesh
+    from jformer.train.step import create_train_state, make_train_step
 
     cfg = ModelConfig(**CONFIGS[config], dropout_rate=dropout, max_len=64, dtype=dtype)
     tcfg = TrainConfig(label_smoothing=0.1, compute_dtype=dtype)

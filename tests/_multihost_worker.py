@@ -12,7 +12,7 @@ sys.path[:0] = [os.path.dirname(__file__), os.path.dirname(os.path.dirname(__fil
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jformer import train_lib  # noqa: E402
+from jformer.train import loop as train_lib  # noqa: E402
 from train_helpers import tiny_config  # noqa: E402
 
 

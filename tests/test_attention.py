@@ -3,8 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer import masks
-from jformer.attention import MultiHeadAttention, dot_product_attention
+from jformer.model import masks
+from jformer.model.attention import MultiHeadAttention, dot_product_attention
 
 
 def reference_attention(q, k, v, mask, bias):

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jformer import checkpoint
 from jformer.checkpoint import Checkpointer
 from jformer.config import TrainConfig
-from jformer.schedules import make_optimizer
+from jformer.train.schedules import make_optimizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _checkpoint_worker import flat_params, train_state  # noqa: E402

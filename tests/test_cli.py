@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from jformer import checkpoint
-from jformer.attention_maps import positional_matrix
-from jformer.cli import main
-from jformer.embeddings import sinusoid_table
-from jformer.model import Transformer
-from jformer.translate import OverlongWarning, Translator
+from jformer.inference.attention_maps import positional_matrix
+from jformer.cli.commands import main
+from jformer.model.embeddings import sinusoid_table
+from jformer.model.transformer import Transformer
+from jformer.inference.translator import OverlongWarning, Translator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_translate import build_setup, write_workdir  # noqa: E402
@@ -301,7 +301,7 @@ def test_evaluate_on_empty_files_is_a_clear_error(workdir, tmp_path, capsys):
 
 def test_an_overlong_line_is_reported_with_its_line_number(workdir):
     import dataclasses
-    from jformer import cli
+    import jformer.cli.commands as cli
 
     strict = Translator.from_checkpoint(workdir)
     strict.decode_cfg = dataclasses.replace(strict.decode_cfg, overlong="error")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from jformer.curves import plot_curves, read_metrics
+from jformer.train.curves import plot_curves, read_metrics
 
 
 def write_rows(path, rows):

@@ -1,4 +1,4 @@
-"""Tests for jformer.decode and jformer.beam_search on toy Markov step functions.
+"""Tests for jformer.search.loop and jformer.search.beam on toy Markov step functions.
 
 Sizes are all distinct (batch 3, vocab 7, beam 4, max_len 9/10/11...) so a swapped axis
 fails, and the special ids are not the tokenizer's defaults so a hard-coded id fails.
@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.beam_search import beam_search
-from jformer import decode
-from jformer.decode import greedy_search, length_penalty, sample
+from jformer.search.beam import beam_search
+from jformer.search import loop as decode
+from jformer.search.loop import greedy_search, length_penalty, sample
 
 B, V, W = 3, 7, 4
 BOS, EOS, PAD = 4, 1, 6

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.dropout import Dropout, dropout, keep_mask, random_bits
+from jformer.kernels.dropout import Dropout, dropout, keep_mask, random_bits
 
 
 def test_bits_are_uniform_and_uncorrelated():

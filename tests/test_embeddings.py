@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.embeddings import PositionalEncoding, TokenEmbedding, sinusoid_table
+from jformer.model.embeddings import PositionalEncoding, TokenEmbedding, sinusoid_table
 
 D, MAX_LEN = 16, 60
 
@@ -77,7 +77,7 @@ def test_token_embedding_scale_and_tied_logits():
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_tied_logits_and_gradients_equal_the_plain_product(dtype):
-    from jformer.embeddings import tied_logits
+    from jformer.model.embeddings import tied_logits
     kx, ke, kc = jax.random.split(jax.random.PRNGKey(0), 3)
     x = jax.random.normal(kx, (2, 3, 5)).astype(dtype)
     emb = jax.random.normal(ke, (11, 5)).astype(dtype)

@@ -1,11 +1,11 @@
-"""jformer.layernorm: flax's LayerNorm, with a hand-written gradient."""
+"""jformer.kernels.layernorm: flax's LayerNorm, with a hand-written gradient."""
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.layernorm import LayerNorm
+from jformer.kernels.layernorm import LayerNorm
 
 
 def _noised(variables, seed=2):

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.losses import projected_cross_entropy, smoothed_cross_entropy
+from jformer.train.losses import projected_cross_entropy, smoothed_cross_entropy
 
 
 def reference(logits, targets, weights, eps):

@@ -1,6 +1,6 @@
 import numpy as np
 
-from jformer import masks
+from jformer.model import masks
 
 
 def test_padding_mask_truth_table():

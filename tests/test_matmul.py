@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from jformer.matmul import dense, dense_dot_general, matmul
+from jformer.kernels.matmul import dense, dense_dot_general, matmul
 
 # distinct sizes so a swapped axis fails; both orders of I and O exercise both
 # backward layouts (x^T copied when I <= O, g^T copied otherwise)

@@ -9,7 +9,7 @@ import pytest
 
 from configs import base, big
 from jformer.config import ModelConfig, from_config_dict
-from jformer.model import Transformer, shift_right
+from jformer.model.transformer import Transformer, shift_right
 
 PAD, BOS, EOS = 0, 2, 3
 CFG = ModelConfig(vocab_size=23, d_model=24, num_heads=3, num_encoder_layers=2,

@@ -5,8 +5,8 @@ import numpy as np
 from jformer.config import ModelConfig
 from jformer.data.batching import BatchIterator, BatchOptions
 from jformer.data.ragged import RaggedArray
-from jformer.losses import smoothed_cross_entropy
-from jformer.model import Transformer
+from jformer.train.losses import smoothed_cross_entropy
+from jformer.model.transformer import Transformer
 
 PAD, EOS = 0, 3
 CFG = ModelConfig(vocab_size=41, d_model=16, num_heads=2, num_encoder_layers=2,

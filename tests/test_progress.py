@@ -1,11 +1,11 @@
-"""Tests for jformer.progress: training figures, metrics.jsonl rows."""
+"""Tests for jformer.train.progress: training figures, metrics.jsonl rows."""
 import json
 import os
 
 import pytest
 
-from jformer import progress
-from jformer.progress import METRICS_FILENAME, Progress
+from jformer.train import progress
+from jformer.train.progress import METRICS_FILENAME, Progress
 
 
 @pytest.fixture

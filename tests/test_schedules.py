@@ -4,7 +4,7 @@ import optax
 import pytest
 
 from jformer.config import TrainConfig
-from jformer.schedules import make_optimizer, rsqrt_schedule
+from jformer.train.schedules import make_optimizer, rsqrt_schedule
 
 
 @pytest.mark.parametrize("d_model, warmup, scale", [(512, 4000, 1.0), (256, 100, 2.0)])

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jformer.textio import line_batches, read_lines
+from jformer.cli.textio import line_batches, read_lines
 
 
 def test_lines_split_at_newline_only_with_bom_and_crlf_removed(tmp_path):

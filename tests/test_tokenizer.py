@@ -1,9 +1,9 @@
-"""Tests for jformer.tokenizer: training, loading, special ids, batched encode/decode."""
+"""Tests for jformer.data.tokenizer: training, loading, special ids, batched encode/decode."""
 import numpy as np
 import pytest
 
 from jformer.data import demo_corpus
-from jformer.tokenizer import Tokenizer
+from jformer.data.tokenizer import Tokenizer
 
 VOCAB = 400
 

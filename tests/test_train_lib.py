@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from configs import base, big, demo, multi30k, small
-from jformer import train_lib
+from jformer.train import loop as train_lib
 from jformer.checkpoint import Checkpointer, checkpoint_dir, restore_params
 from jformer.config import ConfigError
 from train_helpers import tiny_config

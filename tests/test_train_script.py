@@ -96,7 +96,7 @@ def test_bad_paths_are_one_line_errors(tmp_path):
 # not fit the config, a vanished file) without training for them.
 RAISING_MAIN = """
 import sys, train
-from jformer import train_lib
+from jformer.train import loop as train_lib
 def train_and_evaluate(raw, workdir):
     raise {exc}
 train_lib.train_and_evaluate = train_and_evaluate

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from jformer.config import ModelConfig, TrainConfig
-from jformer.model import Transformer
-from jformer.schedules import make_optimizer
-from jformer.sharding import DataParallel, make_mesh
-from jformer.losses import smoothed_cross_entropy
-from jformer.train_step import (create_train_state, make_eval_step, make_loss_fn,
+from jformer.model.transformer import Transformer
+from jformer.train.schedules import make_optimizer
+from jformer.train.sharding import DataParallel, make_mesh
+from jformer.train.losses import smoothed_cross_entropy
+from jformer.train.step import (create_train_state, make_eval_step, make_loss_fn,
                                  make_train_step)
 
 CFG = ModelConfig(vocab_size=31, d_model=16, num_heads=2, num_encoder_layers=1,

@@ -18,14 +18,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer import beam_search, checkpoint, decode, translate
+from jformer.search import beam as beam_search
+from jformer import checkpoint
+from jformer.search import loop as decode
+from jformer.inference import translator as translate
 from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
                             from_config_dict, to_dict)
 from jformer.data import demo_corpus
-from jformer.masks import NEG_INF
-from jformer.model import Transformer
-from jformer.tokenizer import Tokenizer
-from jformer.translate import Hypothesis, Translator
+from jformer.model.masks import NEG_INF
+from jformer.model.transformer import Transformer
+from jformer.data.tokenizer import Tokenizer
+from jformer.inference.translator import Hypothesis, Translator
 
 CORPUS = demo_corpus.generate(0, 300, 0, 0)["train"]
 DECODE = DecodeConfig(beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=4, batch_size=4,

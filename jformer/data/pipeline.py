@@ -9,7 +9,7 @@ The tokenizer is ``data.vocab_path`` when set, else ``<workdir>/spm.model``, tra
 from the train split (source and target sentences, one shared vocabulary) when the file
 does not exist yet. Training writes the file atomically and is deterministic, so hosts
 of a multi-host run that race to create it all end up with the same model. Next to it,
-``spm.json`` records what it was learned from (:func:`jformer.tokenizer.training_record`:
+``spm.json`` records what it was learned from (:func:`jformer.data.tokenizer.training_record`:
 settings, sentence count, SHA-256 of the sentences); a later run with the train split
 at hand reuses the model only if it would learn the same one, and otherwise stops,
 naming what differs (``data.vocab_path`` keeps a vocabulary as it is).
@@ -24,7 +24,7 @@ import os
 from jformer.config import DataConfig
 from jformer.data import batching, sources
 from jformer.data.ragged import RaggedArray
-from jformer.tokenizer import Tokenizer, training_record, write_atomically
+from jformer.data.tokenizer import Tokenizer, training_record, write_atomically
 
 SPM_FILENAME = "spm.model"
 SPM_RECORD = "spm.json"  # what spm.model was learned from

@@ -6,11 +6,11 @@ from typing import Callable
 import jax.numpy as jnp
 from flax import linen as nn
 
-from jformer.attention import MultiHeadAttention
+from jformer.model.attention import MultiHeadAttention
 from jformer.config import ModelConfig
-from jformer.dropout import Dropout
-from jformer.layernorm import LayerNorm
-from jformer.matmul import dense_dot_general
+from jformer.kernels.dropout import Dropout
+from jformer.kernels.layernorm import LayerNorm
+from jformer.kernels.matmul import dense_dot_general
 from jformer.types import Array
 
 _DENSE_INIT = nn.initializers.xavier_uniform()

@@ -17,9 +17,9 @@ import optax
 from flax import struct
 from jax import lax
 
-from jformer.losses import projected_cross_entropy
-from jformer.model import Transformer
-from jformer.sharding import AXIS
+from jformer.train.losses import projected_cross_entropy
+from jformer.model.transformer import Transformer
+from jformer.train.sharding import AXIS
 from jformer.types import PyTree
 
 MODEL_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",

@@ -31,12 +31,12 @@ from jformer import config as config_lib
 from jformer.checkpoint import Checkpointer, checkpoint_dir
 from jformer.data.batching import bucket_boundaries
 from jformer.data.pipeline import DataSplit, build_pipeline
-from jformer.model import Transformer
-from jformer.progress import Progress
-from jformer.schedules import make_optimizer
-from jformer.sharding import DataParallel, make_mesh
-from jformer.tokenizer import write_atomically
-from jformer.train_step import TrainState, create_train_state, make_eval_step, make_train_step
+from jformer.model.transformer import Transformer
+from jformer.train.progress import Progress
+from jformer.train.schedules import make_optimizer
+from jformer.train.sharding import DataParallel, make_mesh
+from jformer.data.tokenizer import write_atomically
+from jformer.train.step import TrainState, create_train_state, make_eval_step, make_train_step
 
 CONFIG_FILENAME = "config.json"
 LOCK_FILENAME = ".train.lock"
@@ -150,7 +150,7 @@ def check_resume_config(workdir: str, model: config_lib.ModelConfig) -> None:
     """
     if not os.path.isfile(os.path.join(workdir, CONFIG_FILENAME)):
         return
-    from jformer.translate import load_config
+    from jformer.inference.translator import load_config
 
     changes = changed_model_fields(load_config(workdir).model, model)
     if changes:
@@ -260,8 +260,8 @@ def evaluate_loss(job: Job, params) -> dict[str, float]:
 
 def evaluate_bleu(job: Job, params, num_sentences: int, num_samples: int = 0) -> dict[str, Any]:
     """sacreBLEU and chrF of beam-search translations of validation sentences (process 0)."""
-    from jformer import scoring
-    from jformer.translate import Translator
+    from jformer.inference import scoring
+    from jformer.inference.translator import Translator
 
     pairs = job.eval_data.examples
     if num_sentences:

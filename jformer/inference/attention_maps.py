@@ -21,9 +21,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jformer.embeddings import sinusoid_table
-from jformer.model import Transformer, shift_right
-from jformer.translate import OverlongWarning, Translator
+from jformer.model.embeddings import sinusoid_table
+from jformer.model.transformer import Transformer, shift_right
+from jformer.inference.translator import OverlongWarning, Translator
 
 KINDS = (("encoder", "self_attention"), ("decoder", "self_attention"),
          ("decoder", "cross_attention"))

@@ -15,13 +15,13 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
-from jformer import masks
+from jformer.model import masks
 from jformer.config import ModelConfig
-from jformer.dropout import Dropout
-from jformer.embeddings import PositionalEncoding, TokenEmbedding
-from jformer.kv_cache import DecodeCache, claim_slots, init_beam_self_cache, init_self_cache
-from jformer.layernorm import LayerNorm
-from jformer.layers import (DecoderLayer, EncoderLayer, check_same_shape, check_tokens,
+from jformer.kernels.dropout import Dropout
+from jformer.model.embeddings import PositionalEncoding, TokenEmbedding
+from jformer.model.cache import DecodeCache, claim_slots, init_beam_self_cache, init_self_cache
+from jformer.kernels.layernorm import LayerNorm
+from jformer.model.layers import (DecoderLayer, EncoderLayer, check_same_shape, check_tokens,
                             dtype_of)
 from jformer.types import Array
 
@@ -265,7 +265,7 @@ class Transformer(nn.Module):
 
         Returns (final decoder states [batch, tgt_len, d_model], output weights
         [vocab, d_model], output bias [vocab] or None): the logits are
-        states . weights^T + bias (``jformer.losses.projected_cross_entropy``).
+        states . weights^T + bias (``jformer.train.losses.projected_cross_entropy``).
         """
         states = self._teacher_forced(inputs, targets, inputs_segmentation,
                                       targets_segmentation, inputs_position, targets_position,
@@ -309,7 +309,7 @@ class Transformer(nn.Module):
         """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache).
 
         ``output_DV``: optional [d_model, vocab] copy of the tied output embedding
-        (``jformer.translate.output_matrix``), read by the output projection. With a beam
+        (``jformer.inference.translator.output_matrix``), read by the output projection. With a beam
         cache (``init_decode_state(beam_size=W)``) batch is sources * W.
         """
         # Per-row caches may be tiled to B*G rows (G hypotheses per source); a beam cache

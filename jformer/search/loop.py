@@ -351,9 +351,9 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
 
 
 def __getattr__(name: str) -> object:
-    # `from jformer.decode import beam_search` works too; the import is deferred because
-    # jformer.beam_search builds on this module (PEP 562 module __getattr__).
+    # `from jformer.search.loop import beam_search` works too; the import is deferred because
+    # jformer.search.beam builds on this module (PEP 562 module __getattr__).
     if name == "beam_search":
-        from jformer.beam_search import beam_search
+        from jformer.search.beam import beam_search
         return beam_search
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,8 +11,8 @@ EOS included); a batch of n sentences has the smallest power-of-two number of ro
 dummy rows, forced to emit EOS at step 0, fill it); the max output length depends on
 the bucket only (:func:`output_len`). One jitted program per (bucket, rows, search)
 runs the encoder once, projects the cross-attention keys/values once and runs the
-search of :mod:`jformer.decode` over the cached decoder step. Beam search keeps the
-self-attention cache slot-addressed (:mod:`jformer.kv_cache`: choosing parents remaps a
+search of :mod:`jformer.search.loop` over the cached decoder step. Beam search keeps the
+self-attention cache slot-addressed (:mod:`jformer.model.cache`: choosing parents remaps a
 small table instead of moving the buffers); cross-attention keys/values stay one copy
 per source (``MultiHeadAttention.cross_attend_step`` maps a row's W hypotheses onto it).
 """
@@ -32,15 +32,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jformer import checkpoint, decode
-from jformer.beam_search import beam_search
+from jformer import checkpoint
+from jformer.search import loop as decode
+from jformer.search.beam import beam_search
 from jformer.config import Config, DecodeConfig, ModelConfig, from_config_dict
 from jformer.data.pipeline import tokenizer_path
-from jformer.kv_cache import DecodeCache, reorder_slots
-from jformer.masks import NEG_INF
-from jformer.model import Transformer
-from jformer.sharding import AXIS, make_mesh
-from jformer.tokenizer import Tokenizer
+from jformer.model.cache import DecodeCache, reorder_slots
+from jformer.model.masks import NEG_INF
+from jformer.model.transformer import Transformer
+from jformer.train.sharding import AXIS, make_mesh
+from jformer.data.tokenizer import Tokenizer
 from jformer.types import Array, PyTree
 
 METHODS = ("beam", "greedy", "sample")
@@ -142,7 +143,7 @@ def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
                  valid_B: Array | None = None, output_DV: Array | None = None
                  ) -> tuple[decode.StepFn, PyTree]:
-    """The cached decoder step as a :mod:`jformer.decode` step function.
+    """The cached decoder step as a :mod:`jformer.search.loop` step function.
 
     Returns (step_fn, state). ``state`` is the self-attention cache (self_k, self_v, slot),
     the only per-hypothesis part; cross-attention K/V and the source mask [B, ...] are

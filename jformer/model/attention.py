@@ -12,9 +12,9 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
-from jformer.dropout import keep_mask
-from jformer.masks import NEG_INF
-from jformer.matmul import dense
+from jformer.kernels.dropout import keep_mask
+from jformer.model.masks import NEG_INF
+from jformer.kernels.matmul import dense
 from jformer.types import Array
 
 # Glorot-uniform over (d_model -> heads*head_dim) per projection, as for unfused Q/K/V.
@@ -81,7 +81,7 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
     """One query per hypothesis over a slot-addressed beam cache (inference, no dropout).
 
     Hypothesis w of row b attends to positions t <= index, reading position t from beam
-    slot ``slot_BWT[b, w, t]`` (see :mod:`jformer.kv_cache`). Instead of gathering each
+    slot ``slot_BWT[b, w, t]`` (see :mod:`jformer.model.cache`). Instead of gathering each
     hypothesis' keys (which moves the cache), every query scores all T*W (position, slot)
     pairs of its row, and the pairs outside its own prefix are masked: W times the
     logits of a gathered cache, a few MFLOP, as two batched matrix products over (B, H)

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _translator(args: argparse.Namespace):
     import jax  # deferred: fast --help
 
-    from jformer.translate import Translator
+    from jformer.inference.translator import Translator
 
     devices = getattr(args, "devices", 1)
     # Process-wide, and only before jax starts its CPU backend (accelerators are
@@ -146,8 +146,8 @@ def _translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwar
     ``name`` (the input) and the line number."""
     from tqdm import tqdm
 
-    from jformer.decode import row_keys
-    from jformer.translate import OverlongError, OverlongWarning
+    from jformer.search.loop import row_keys
+    from jformer.inference.translator import OverlongError, OverlongWarning
 
     if n_best > 1:
         kwargs = dict(kwargs, n_best=n_best, return_scores=True)
@@ -197,11 +197,11 @@ def _open_out(path: str) -> TextIO:
 def cmd_translate(args: argparse.Namespace) -> None:
     if args.chunk_lines < 1:
         raise ValueError(f"--chunk-lines must be >= 1; got {args.chunk_lines}")
-    from jformer.textio import line_batches
+    from jformer.cli.textio import line_batches
 
     translator = _translator(args)
     with contextlib.ExitStack() as stack:  # releases what was opened, even on errors
-        # Bytes, decoded line by line (jformer.textio): stdin is never wrapped or closed.
+        # Bytes, decoded line by line (jformer.cli.textio): stdin is never wrapped or closed.
         src = sys.stdin if args.input == "-" else stack.enter_context(open(args.input, "rb"))
         out = _open_out(args.output)
         stack.callback(_release, out, sys.stdout)
@@ -224,7 +224,7 @@ def _release(f: TextIO, std: TextIO) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from sacrebleu.metrics import BLEU, CHRF
 
-    from jformer.textio import read_lines
+    from jformer.cli.textio import read_lines
 
     sources, refs = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(refs):
@@ -247,7 +247,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
-    from jformer.attention_maps import write_attention_maps
+    from jformer.inference.attention_maps import write_attention_maps
 
     for path in write_attention_maps(_translator(args), args.sentence, args.out):
         print(path)
@@ -264,7 +264,7 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 
 def cmd_curves(args: argparse.Namespace) -> None:
-    from jformer.curves import plot_curves
+    from jformer.train.curves import plot_curves
 
     print(plot_curves(args.runs, args.out, title=args.title))
 

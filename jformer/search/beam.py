@@ -17,7 +17,7 @@ there finish, paying their EOS log-prob, and compete on score with the others. W
 it a row cut off at max_len would return any finished hypothesis, however poor (an
 immediate EOS, say), before a far better one that merely needed more room. (Where
 ``min_len`` or the step function forbids EOS there, alive hypotheses stay unfinished.)
-See :mod:`jformer.decode` for the step function, the step/cache contract and the chunked
+See :mod:`jformer.search.loop` for the step function, the step/cache contract and the chunked
 early-exit loop.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jformer.decode import (DecodeResult, StepFn, call_step_fn, check_knob,
+from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
                             check_search_args, chunked_decode_loop, fast_top_k,
                             length_penalty)
 from jformer.types import PyTree
@@ -59,7 +59,7 @@ class _BeamCarry(NamedTuple):
 def _top_extensions(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The k best of the W*V extensions per row: (log-probs, parent beams, tokens), [B, k].
 
-    Two stages: each beam's best k (:func:`~jformer.decode.fast_top_k`), then the best k
+    Two stages: each beam's best k (:func:`~jformer.search.loop.fast_top_k`), then the best k
     of those W*k. Same result and order as one top_k over [B, W*V] (ties: lower beam, then
     lower token, first), but XLA's CPU TopK over W*V columns took longer than the whole
     vocabulary projection.
@@ -166,7 +166,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
-      step_fn: see :mod:`jformer.decode`; called on B*W rows with steps 0 .. max_len - 1.
+      step_fn: see :mod:`jformer.search.loop`; called on B*W rows with steps 0 .. max_len - 1.
       state: pytree, every leaf [batch_size, ...]; tiled to [batch_size * beam_size, ...]
         (row b*W + w is beam w of row b) and reordered each step along axis 0. With
         ``reorder``, instead, the state of all B*W hypotheses in the step function's

@@ -1,0 +1,3 @@
+from jformer.cli.commands import main
+
+__all__ = ["main"]
