@@ -20,27 +20,27 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TFDS imports TensorFlow; k
 from absl import app
 
 from jformer.cli.cpu_malloc import use_hugepage_malloc  # restarts once; see its docstring
-from jformer.cli.commands import describe_error
+from jformer.cli import describe_error
 from jformer.cli.train_flags import FLAGS, check_workdir, fail, parse_flags
 
 
 def main(argv):
     del argv  # parse_flags allows no positional arguments
-    from jformer.train import loop as train_lib  # after flag parsing: jax.distributed must come first
+    from jformer import train as training  # after flag parsing: jax.distributed must come first
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         check_workdir(FLAGS.workdir)
-        train_lib.maybe_initialize_distributed(FLAGS.config.train)  # before any device use
-        final = train_lib.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+        training.maybe_initialize_distributed(FLAGS.config.train)  # before any device use
+        final = training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
     # Config, file and data problems (ConfigError is a ValueError; missing files are
     # OSErrors), checkpoints or data positions that do not fit, a diverging run.
-    except (OSError, ValueError, train_lib.NonFiniteLossError) as e:
+    except (OSError, ValueError, training.NonFiniteLossError) as e:
         fail(describe_error(e))
-    except train_lib.TrainingInterrupted as e:  # Ctrl-C, after a checkpoint
+    except training.TrainingInterrupted as e:  # Ctrl-C, after a checkpoint
         print(f"train.py: {e}", file=sys.stderr)
         sys.exit(130)
-    train_lib.report(final)
+    training.report(final)
 
 
 def run() -> None:

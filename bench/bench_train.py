@@ -187,7 +187,8 @@ def _build(config: str, dtype: str, dropout: float):
     from jformer.config import ModelConfig, TrainConfig
     from jformer.model.transformer import Transformer
     from jformer.train.schedules import make_optimizer
-    from jformer.train.sharding import DataParallel, make_mesh
+    from jformer.mesh import make_mesh
+    from jformer.train.sharding import DataParallel
     from jformer.train.step import create_train_state, make_train_step
 
     cfg = ModelConfig(**CONFIGS[config], dropout_rate=dropout, max_len=64, dtype=dtype)

@@ -1,6 +1,6 @@
 """``python -m jformer ...``: the same command line as the ``jformer`` script."""
 import sys
 
-from jformer.cli.commands import main
+from jformer.cli import main
 
 sys.exit(main())

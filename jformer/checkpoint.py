@@ -37,6 +37,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+
 from jformer.types import PyTree
 
 logger = logging.getLogger(__name__)
@@ -47,11 +48,6 @@ AVERAGED_ITEM = "averaged"    # JSON dict in averaged checkpoints: which steps, 
 PARAMS_KEY = "params"         # key (or attribute) of the parameters inside the train state
 OPT_STATE_KEY = "opt_state"   # key (or attribute) of the optimizer state
 _MAX_LISTED_PROBLEMS = 10
-
-
-def checkpoint_dir(workdir: str | os.PathLike) -> str:
-    """Returns the checkpoint directory of a run: ``<workdir>/checkpoints``."""
-    return os.path.join(os.fspath(workdir), "checkpoints")
 
 
 class Checkpointer:

@@ -21,8 +21,7 @@ from jformer.checkpoint import Checkpointer
 from jformer.config import TrainConfig
 from jformer.train.schedules import make_optimizer
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _checkpoint_worker import flat_params, train_state  # noqa: E402
+from tests._checkpoint_worker import flat_params, train_state  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_checkpoint_worker.py")
 

@@ -1,3 +1,65 @@
-from jformer.cli.commands import main
+"""The ``jformer`` command line (also ``python -m jformer``).
 
-__all__ = ["main"]
+    jformer translate --workdir runs/demo [--checkpoint DIR] [--beam 4] [--devices N] < in > out
+    jformer evaluate --workdir runs/demo --src test.en --ref test.de [--hyp-out FILE]
+    jformer attention --workdir runs/demo "A sentence." [--out DIR]
+    jformer average-checkpoints --workdir runs/demo --last 5 --out DIR
+    jformer curves runs/a [label=runs/b ...] --out curves.png
+
+Each subcommand is a module of this package with ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args)``; :data:`SUBCOMMANDS` lists them. Modules
+import jax and the model only inside ``run``, so ``--help`` is fast.
+
+Expected problems (a missing workdir, checkpoint, tokenizer or input file, a bad
+config) print one line naming the path and exit with status 1; stdout carries nothing
+but results.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+EXIT_ERROR = 1
+SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves")
+
+
+def _modules():
+    return [importlib.import_module(f"jformer.cli.{name}") for name in SUBCOMMANDS]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jformer", description="Transformer translation "
+                                     "in JAX: translate, evaluate, inspect, average.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in _modules():
+        p = sub.add_parser(module.NAME, help=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit status (0 on success)."""
+    args = build_parser().parse_args(argv)
+    # orbax logs (through absl) a warning for every read-only checkpoint open; stderr
+    # is for progress and errors here.
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    try:
+        args.run(args)
+    except BrokenPipeError:  # e.g. `jformer translate ... | head`
+        sys.stderr.close()
+        return EXIT_ERROR
+    except (OSError, ValueError) as e:  # files, folders, configs, arguments, input text
+        print(f"jformer {args.command}: error: {describe_error(e)}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
+def describe_error(e: BaseException) -> str:
+    """The one-line text of an expected error: "<reason>: <path>" for a file error."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.strerror}: {e.filename}"
+    return str(e)

@@ -1,7 +1,6 @@
-"""Sentence files for the command line: UTF-8 lines, split at "\\n" only, read as they come.
+"""Input streams for the command line: UTF-8 lines, split at "\\n" only, read as they come.
 
-- :func:`read_lines`: every line of a file (``evaluate``'s --src and --ref);
-- :func:`line_batches`: lists of at most ``size`` lines from a stream. From a pipe or a
+:func:`line_batches` yields lists of at most ``size`` lines from a stream. From a pipe or a
   terminal a shorter list comes as soon as no more input is waiting, so a typed line is
   translated at once (as with fairseq-interactive) instead of after ``size`` lines or
   the end of input; files are read in full lists.
@@ -20,26 +19,9 @@ import select
 import stat
 from typing import BinaryIO, Iterator, TextIO
 
+from jformer.files import BOM, decode_line
+
 READ_SIZE = 1 << 16
-BOM = "\ufeff"
-
-
-def _text(raw: bytes, name: str, line_no: int) -> str:
-    """Line ``line_no`` (1-based) of ``name``, decoded and stripped of its line end."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{name} line {line_no}: not valid UTF-8 ({e.reason} at byte "
-                         f"{e.start + 1} of the line)") from None
-    if line_no == 1 and text.startswith(BOM):
-        text = text[1:]
-    return text.rstrip("\r\n")
-
-
-def read_lines(path: str) -> list[str]:
-    """All lines of the file at ``path`` (see the module docstring)."""
-    with open(path, "rb") as f:
-        return [line for batch in line_batches(f, path, 1 << 30) for line in batch]
 
 
 def _waiting(stream: BinaryIO) -> bool:
@@ -74,7 +56,7 @@ def line_batches(stream: BinaryIO | TextIO, name: str, size: int) -> Iterator[li
         *complete, tail = (tail + data).split(b"\n")
         for raw in complete:
             line_no += 1
-            pending.append(_text(raw, name, line_no))
+            pending.append(decode_line(raw, name, line_no))
         while len(pending) >= size:
             yield pending[:size]
             pending = pending[size:]
@@ -82,7 +64,7 @@ def line_batches(stream: BinaryIO | TextIO, name: str, size: int) -> Iterator[li
             yield pending
             pending = []
     if tail:
-        pending.append(_text(tail, name, line_no + 1))
+        pending.append(decode_line(tail, name, line_no + 1))
     for start in range(0, len(pending), size):
         yield pending[start:start + size]
 

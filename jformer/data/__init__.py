@@ -19,13 +19,11 @@ from jformer.data.batching import (
 )
 from jformer.data.packing import first_fit, packed_batch
 from jformer.data.pipeline import (
-    SPM_FILENAME,
     DataSplit,
     batch_options,
     build_pipeline,
     encode_pairs,
     load_or_train_tokenizer,
-    tokenizer_path,
 )
 from jformer.data.ragged import RaggedArray
 from jformer.data.sources import (
@@ -34,7 +32,6 @@ from jformer.data.sources import (
     load_corpus,
     load_demo,
     load_split,
-    read_lines,
     read_parallel_text,
     read_tsv,
     split_name,
@@ -43,9 +40,9 @@ from jformer.data.sources import (
 
 __all__ = [
     "BatchIterator", "BatchOptions", "DataSplit", "FilterStats", "ParallelCorpus",
-    "RaggedArray", "SPLITS", "SPM_FILENAME", "batch_options", "bucket_boundaries",
+    "RaggedArray", "SPLITS", "batch_options", "bucket_boundaries",
     "bucket_plan", "build_pipeline", "encode_pairs", "filter_by_length", "first_fit",
     "load_corpus", "load_demo", "load_or_train_tokenizer", "load_split", "pack_plan",
-    "packed_batch", "read_lines", "read_parallel_text", "read_tsv", "rows_for",
-    "split_name", "text_paths", "tokenizer_path",
+    "packed_batch", "read_parallel_text", "read_tsv", "rows_for",
+    "split_name", "text_paths", 
 ]

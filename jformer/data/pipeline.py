@@ -24,10 +24,8 @@ import os
 from jformer.config import DataConfig
 from jformer.data import batching, sources
 from jformer.data.ragged import RaggedArray
-from jformer.data.tokenizer import Tokenizer, training_record, write_atomically
-
-SPM_FILENAME = "spm.model"
-SPM_RECORD = "spm.json"  # what spm.model was learned from
+from jformer.data.tokenizer import Tokenizer, training_record
+from jformer.files import SPM_RECORD, tokenizer_path, write_atomically
 
 _log = logging.getLogger(__name__)
 
@@ -43,10 +41,6 @@ class DataSplit:
     examples: list[sources.Pair]
     filter_stats: batching.FilterStats
     num_skipped: int  # pairs skipped on reading (an empty side)
-
-
-def tokenizer_path(data_cfg: DataConfig, workdir: str) -> str:
-    return data_cfg.vocab_path or os.path.join(workdir, SPM_FILENAME)
 
 
 def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,

@@ -26,13 +26,12 @@ Bad input never crashes deep in the pipeline:
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import logging
 import os
 import string
-import zlib
 
 from jformer.config import DataConfig
+from jformer import files
 from jformer.data import demo_corpus
 
 SPLITS = ("train", "eval", "test")
@@ -52,34 +51,10 @@ class ParallelCorpus:
     skipped_lines: tuple[int, ...] = ()  # first few 1-based line numbers skipped
 
 
-def read_lines(path: str) -> list[str]:
-    """Lines of a UTF-8 text file (``.gz``: gzipped), without line terminators.
-
-    Lines split on ``\\n`` only (``str.splitlines`` would also split on Unicode separators
-    that can occur inside a sentence and would misalign parallel files).
-    """
+def _read_lines(path: str) -> list[str]:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file not found: {path}")
-    try:
-        if path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                data = f.read()
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-    except (OSError, EOFError, zlib.error) as e:
-        raise ValueError(f"cannot read {path}: {e}") from e
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}:{line}: invalid UTF-8 ({e.reason} at byte offset "
-                         f"{e.start}); convert the file to UTF-8") from e
-    text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the sentence
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
+    return files.read_lines(path)
 
 
 def make_corpus(sources: list[str], targets: list[str], origin: str) -> ParallelCorpus:
@@ -103,7 +78,7 @@ def make_corpus(sources: list[str], targets: list[str], origin: str) -> Parallel
 
 def read_parallel_text(src_path: str, tgt_path: str) -> ParallelCorpus:
     """Line-aligned source and target files."""
-    sources, targets = read_lines(src_path), read_lines(tgt_path)
+    sources, targets = _read_lines(src_path), _read_lines(tgt_path)
     if len(sources) != len(targets):
         raise ValueError(f"parallel files differ in line count: {src_path} has "
                          f"{len(sources)} lines, {tgt_path} has {len(targets)}")
@@ -115,7 +90,7 @@ def read_parallel_text(src_path: str, tgt_path: str) -> ParallelCorpus:
 
 def read_tsv(path: str) -> ParallelCorpus:
     """``source<TAB>target`` lines; a blank line counts as a pair with empty sides."""
-    lines = read_lines(path)
+    lines = _read_lines(path)
     if not lines:
         raise ValueError(f"empty corpus: {path} has no lines")
     sources, targets = [], []

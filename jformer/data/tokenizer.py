@@ -17,11 +17,12 @@ import io
 import logging
 import os
 import re
-import tempfile
 from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+
+from jformer.files import write_atomically
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # used only when training a model
 NUM_BYTE_PIECES = 256
@@ -202,23 +203,6 @@ def _row(ids: Sequence[int] | np.ndarray) -> np.ndarray:
     """One id sequence as a [1, len] array; an empty one is [1, 0] int (not float)."""
     row = np.asarray(ids)
     return (row if row.size else row.astype(np.int64)).reshape(1, -1)
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Writes ``data`` under a temporary name in ``path``'s folder, flushed to disk,
-    then renames it over ``path``."""
-    out_dir = os.path.dirname(os.path.abspath(path))
-    os.makedirs(out_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-" + os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _run_trainer(corpus: list[str], vocab_size: int, model_type: str,

@@ -4,295 +4,33 @@
     translator.translate(["The number is five."], beam_size=4)  # -> ["Die Zahl ist fünf."]
     Translator(cfg.model, params, tokenizer, cfg.decode)        # in memory (validation BLEU)
 
-Few compiled shapes: sources are sorted by length and grouped into the length buckets of
-``DecodeConfig.length_buckets`` (padded source length = the smallest bucket >= the length,
-EOS included); a batch of n sentences has the smallest power-of-two number of rows
-(times the device count) that holds them, up to ``batch_size`` (:func:`padded_rows`;
-dummy rows, forced to emit EOS at step 0, fill it); the max output length depends on
-the bucket only (:func:`output_len`). One jitted program per (bucket, rows, search)
-runs the encoder once, projects the cross-attention keys/values once and runs the
-search of :mod:`jformer.search.loop` over the cached decoder step. Beam search keeps the
-self-attention cache slot-addressed (:mod:`jformer.model.cache`: choosing parents remaps a
-small table instead of moving the buffers); cross-attention keys/values stay one copy
-per source (``MultiHeadAttention.cross_attend_step`` maps a row's W hypotheses onto it).
+Sentences are encoded, grouped into length buckets and batches (:mod:`.buckets`),
+decoded one compiled batch at a time (:mod:`.batch_decode`) and returned in input order.
 """
 from __future__ import annotations
 
 import collections
-import dataclasses
-import functools
-import json
-import math
 import os
 import warnings
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jformer import checkpoint
-from jformer.search import loop as decode
-from jformer.search.beam import beam_search
-from jformer.config import Config, DecodeConfig, ModelConfig, from_config_dict
-from jformer.data.pipeline import tokenizer_path
-from jformer.model.cache import DecodeCache, reorder_slots
-from jformer.model.masks import NEG_INF
-from jformer.model.transformer import Transformer
-from jformer.train.sharding import AXIS, make_mesh
+from jformer import checkpoint, files, search
+from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
+from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
+                                            encode_and_init, make_step_fn, output_matrix)
+from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
+from jformer.inference.results import Hypothesis, OverlongError, OverlongWarning
+from jformer.mesh import make_mesh
+from jformer.model import Transformer
 from jformer.types import Array, PyTree
 
 METHODS = ("beam", "greedy", "sample")
-CONFIG_FILENAME = "config.json"
-_TRACES: collections.Counter = collections.Counter()  # (inputs shape, spec) -> traces
-
-
-def load_config(workdir: str | os.PathLike) -> Config:
-    """Reads ``<workdir>/config.json`` (written by training) back into a :class:`Config`."""
-    path = os.path.join(os.fspath(workdir), CONFIG_FILENAME)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"config file not found: {path} (is {os.fspath(workdir)} a "
-                                f"training workdir?)")
-    with open(path, encoding="utf-8") as f:
-        try:
-            raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"cannot parse {path}: {e}") from e
-    return from_config_dict(raw)
-
-
-class _Overlong(Exception):
-    """A source longer than model.max_len; says where, for callers that know the line."""
-
-    def __init__(self, message: str, index: int, detail: str):
-        super().__init__(message)
-        self.index = index  # position of the sentence in the call's list
-        self.detail = detail  # the message without the position
-
-
-class OverlongError(_Overlong, ValueError):
-    """A source longer than model.max_len, with decode.overlong="error"."""
-
-
-class OverlongWarning(_Overlong, UserWarning):
-    """A source longer than model.max_len, truncated (decode.overlong="truncate")."""
-
-
-class Hypothesis(NamedTuple):
-    """One translation, its score and its token ids.
-
-    score: beam search: log-prob sum / length penalty; greedy and sampling: log-prob
-      sum (length-penalised too when greedy stands in for beam size 1).
-    ids: int32 [length] output ids, EOS included when the hypothesis finished.
-    finished: it ended with EOS. Greedy search and sampling: False when cut off at
-      max_len. Beam search forces EOS at max_len (as fairseq does), so a hypothesis as
-      long as max_len may have been cut there; False marks an abandoned prefix filling
-      an n-best list (fewer than the asked number finished before the search stopped).
-    """
-
-    text: str
-    score: float
-    ids: np.ndarray
-    finished: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchSpec:
-    """The static (compile-time) settings of one search; part of the jit cache key.
-
-    The length-penalty ``alpha`` and the sampling ``temperature`` are not here: they are
-    traced arguments of :func:`decode_batch`, so sweeping them does not recompile.
-    """
-
-    method: str = "greedy"  # greedy | beam | sample
-    beam_size: int = 1
-    max_len: int = 32  # output positions (the cache length)
-    min_len: int = 0  # EOS forbidden before this position (benchmarks force lengths)
-    top_k: int = 0
-    chunk_size: int = 8
-    n_best: int = 1  # beam: stop a row once this many finished ones can't be beaten
-
-
-def trace_count() -> int:
-    """How many times the batch decoder has been traced (= compiled) in this process."""
-    return sum(_TRACES.values())
-
-
-# ------------------------------------------------------------------ the jitted core
-
-
-def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
-    """The tied output embedding transposed to [D, V] once (None if the output is untied).
-
-    Tied logits are ``y [N, D] @ embedding [V, D]^T``; with the [V, D] matrix XLA's CPU
-    dot transposes all of it at every decode step (8 MB at V=8192, D=256). The decode
-    step's output projection reads the [D, V] copy directly, while its embedding lookup
-    keeps reading rows of the [V, D] matrix (columns of [D, V] are strided reads).
-    """
-    if not model_cfg.tie_output:
-        return None
-    # In the compute dtype (as output_layer gives it): a bf16 step then reads it without
-    # converting 8 MB every step.
-    model = Transformer(model_cfg)
-    return jax.jit(lambda p: model.apply({"params": p},
-                                         method=Transformer.output_layer)[0].T)(params)
-
-
-def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
-                 valid_B: Array | None = None, output_DV: Array | None = None
-                 ) -> tuple[decode.StepFn, PyTree]:
-    """The cached decoder step as a :mod:`jformer.search.loop` step function.
-
-    Returns (step_fn, state). ``state`` is the self-attention cache (self_k, self_v, slot),
-    the only per-hypothesis part; cross-attention K/V and the source mask [B, ...] are
-    closed over, so ``step_fn`` takes any N = B*G rows (row b*G + g belongs to source b).
-    A slot-addressed cache (``init_decode_state(..., beam_size=W)``) takes N = B*W rows
-    and goes to beam search with ``reorder=``:func:`reorder_beam_state`.
-    PAD and BOS are never valid outputs, so their logits are set to NEG_INF (a generated
-    PAD would vanish from the text and be masked as padding by teacher forcing).
-    Rows whose ``valid_B`` is False (batch padding) get logits that force EOS.
-    ``output_DV``: :func:`output_matrix` of the params, for faster tied logits.
-    """
-    cfg = model.cfg
-    vocab_V = jnp.arange(cfg.vocab_size)
-    banned_V = (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
-    forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
-
-    def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
-        self_k, self_v, slot = state
-        if slot is not None and tokens_N.shape[0] != slot.shape[0] * slot.shape[1]:
-            raise ValueError(
-                f"the slot-addressed cache holds {slot.shape[1]} hypotheses for each of "
-                f"{slot.shape[0]} sources ({slot.shape[0] * slot.shape[1]} rows); the "
-                f"search stepped {tokens_N.shape[0]}: init_decode_state's beam_size must "
-                "be the search's beam_size")
-        full = cache.replace(self_k=self_k, self_v=self_v, slot=slot)
-        logits_NV, new = model.apply({"params": params}, tokens_N, step, full, output_DV,
-                                     method=Transformer.decode_step)
-        logits_NV = jnp.where(banned_V, NEG_INF, logits_NV)
-        if valid_B is not None:
-            # [B] -> [N]: the G hypotheses of a source share its flag.
-            valid_N = jnp.repeat(valid_B, tokens_N.shape[0] // valid_B.shape[0])
-            logits_NV = jnp.where(valid_N[:, None], logits_NV, forced_eos_V)
-        return logits_NV, (new.self_k, new.self_v, new.slot)
-
-    return step_fn, (cache.self_k, cache.self_v, cache.slot)
-
-
-def reorder_beam_state(state: PyTree, parent_BW: Array) -> PyTree:
-    """Beam search's ``reorder`` for a slot-addressed state: remaps the slot table only."""
-    self_k, self_v, slot_BWT = state
-    return self_k, self_v, reorder_slots(slot_BWT, parent_BW)
-
-
-def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
-                    max_len: int, beam_size: int | None = None) -> DecodeCache:
-    """Runs the encoder once and builds the cache (cross K/V projected once per source);
-    ``beam_size``: slot-addressed self-attention buffers for beam search."""
-    variables = {"params": params}
-    encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
-    return model.apply(variables, encoded_BSD, inputs_BS, max_len, beam_size,
-                       method=Transformer.init_decode_state)
-
-
-@functools.partial(jax.jit, static_argnames=("model_cfg", "spec"))
-def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, valid_B: Array,
-                 rng: Array, alpha: jax.typing.ArrayLike = 0.0,
-                 temperature: jax.typing.ArrayLike = 1.0, *, model_cfg: ModelConfig,
-                 spec: SearchSpec) -> decode.DecodeResult:
-    """Encode + init cache + search for one batch, as one compiled program.
-
-    Args:
-      params: the model parameters.
-      output_DV: :func:`output_matrix` of the params (computed once per model).
-      inputs_BS: int32 [batch, src_len] source ids (EOS-terminated, pad_id-padded).
-      valid_B: bool [batch]; False rows are padding and finish at once.
-      rng: PRNG keys [batch], row b's sampling key (used by sampling only; a single
-        key gives row b ``fold_in(rng, b)``, see :func:`decode.row_keys`).
-      alpha: beam search's length-penalty exponent (>= 0, checked by the caller).
-      temperature: sampling's temperature (> 0, checked by the caller).
-    Returns:
-      DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
-      finished [batch, beam] (beam = 1 for greedy and sampling).
-    """
-    _TRACES[(inputs_BS.shape, spec)] += 1  # runs only while tracing
-    model = Transformer(model_cfg)
-    beam = spec.method == "beam"
-    cache = encode_and_init(model, params, inputs_BS, spec.max_len,
-                            spec.beam_size if beam else None)
-    step_fn, state = make_step_fn(model, params, cache, valid_B, output_DV)
-    ids = dict(bos_id=model_cfg.bos_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
-    common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
-                  chunk_size=spec.chunk_size, min_len=spec.min_len, **ids)
-    if beam:
-        return beam_search(step_fn, state, beam_size=spec.beam_size, alpha=alpha,
-                           reorder=reorder_beam_state, n_best=spec.n_best, **common)
-    if spec.method == "sample":
-        out = decode.sample(step_fn, state, rng, temperature=temperature,
-                            top_k=spec.top_k, **common)
-    else:
-        out = decode.greedy_search(step_fn, state, **common)
-    # [B, ...] -> [B, 1, ...]: one hypothesis per row, like a beam of width 1.
-    return out._replace(tokens=out.tokens[:, None], scores=out.scores[:, None],
-                        lengths=out.lengths[:, None], finished=out.finished[:, None])
-
-
-@functools.partial(jax.jit, static_argnames=("model_cfg", "spec", "mesh"))
-def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Array,
-                          valid_B: Array, rng: Array, alpha: jax.typing.ArrayLike = 0.0,
-                          temperature: jax.typing.ArrayLike = 1.0, *,
-                          model_cfg: ModelConfig, spec: SearchSpec,
-                          mesh: jax.sharding.Mesh) -> decode.DecodeResult:
-    """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
-
-    Each device decodes its contiguous share of the batch rows (B must be a multiple of
-    the device count) with replicated parameters, on its own: its own early exit, no
-    collectives, results identical to one device's up to float rounding (the compiled
-    products may differ; each row samples with its own key of ``rng``, so sampling
-    gives what one device gives, too). ``num_steps`` is the largest over the devices.
-    """
-    def local(p, o, x, v, r, a, t):
-        out = decode_batch(p, o, x, v, r, a, t, model_cfg=model_cfg, spec=spec)
-        return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
-
-    rows = P(AXIS)
-    keys_B = decode.row_keys(rng, inputs_BS.shape[0])
-    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, rows, P(), P()),
-                        out_specs=decode.DecodeResult(rows, rows, rows, rows, rows),
-                        check_vma=False)(params, output_DV, inputs_BS, valid_B, keys_B,
-                                         jnp.float32(alpha), jnp.float32(temperature))
-    return out._replace(num_steps=out.num_steps.max())
-
-
-# ------------------------------------------------------------------ length buckets
-
-
-def source_buckets(decode_cfg: DecodeConfig, model_max_len: int) -> tuple[int, ...]:
-    """Padded source lengths in use: the configured buckets capped at model.max_len, plus
-    model.max_len itself so every admissible source has a bucket."""
-    return tuple(sorted({min(b, model_max_len) for b in decode_cfg.length_buckets}
-                        | {model_max_len}))
-
-
-def bucket_for(length: int, buckets: Sequence[int]) -> int:
-    """The smallest bucket >= length (length must fit the largest)."""
-    for bucket in buckets:
-        if bucket >= length:
-            return bucket
-    raise ValueError(f"length {length} exceeds the largest bucket {buckets[-1]}")
-
-
-def output_len(bucket: int, model_cfg: ModelConfig, decode_cfg: DecodeConfig,
-               chunk_size: int) -> int:
-    """Max output tokens for a source bucket: min(model.max_len, ceil(a * bucket + b))
-    rounded up to a multiple of chunk_size (then capped at model.max_len)."""
-    raw = max(1, math.ceil(decode_cfg.max_len_a * bucket + decode_cfg.max_len_b))
-    return min(model_cfg.max_len, -(-raw // chunk_size) * chunk_size)
-
-
-# ------------------------------------------------------------------ the Translator
 
 
 class Translator:
@@ -353,9 +91,9 @@ class Translator:
         workdir = os.fspath(workdir)
         if not os.path.isdir(workdir):
             raise FileNotFoundError(f"workdir not found: {workdir}")
-        config = load_config(workdir)
-        tokenizer = Tokenizer.load(tokenizer_path(config.data, workdir))
-        params = checkpoint.restore_params(checkpoint_dir or checkpoint.checkpoint_dir(workdir),
+        config = files.load_config(workdir)
+        tokenizer = Tokenizer.load(files.tokenizer_path(config.data, workdir))
+        params = checkpoint.restore_params(checkpoint_dir or files.checkpoint_dir(workdir),
                                            step)
         check_params(config.model, params)
         return cls(config.model, params, tokenizer, decode_cfg or config.decode, **kwargs)
@@ -453,7 +191,7 @@ class Translator:
             raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
                              f"(each device decodes an equal share); got {batch_size}")
         top_k = cfg.top_k if top_k is None else top_k
-        keys = decode.row_keys(jax.random.key(0) if rng is None else rng, len(sentences))
+        keys = search.row_keys(jax.random.key(0) if rng is None else rng, len(sentences))
         if max_len is not None and max_len > self.model_cfg.max_len:
             warnings.warn(f"max_len={max_len} is more than the model's positions "
                           f"(model.max_len={self.model_cfg.max_len}); outputs are capped "
@@ -509,25 +247,12 @@ class Translator:
                             tokens_NWT[r, j, :lengths_NW[r, j]], bool(finished_NW[r, j]))
                  for j in range(w)] for r in range(n)]
 
-    def step_fn(self, inputs_BS: Array, max_len: int) -> tuple[decode.StepFn, PyTree]:
+    def step_fn(self, inputs_BS: Array, max_len: int) -> tuple[search.StepFn, PyTree]:
         """(step_fn, state) over the cache for source ids [B, S], as the searches use it."""
         model = Transformer(self.model_cfg)
         init = jax.jit(lambda p, x: encode_and_init(model, p, x, max_len))
         cache = init(self.params, jnp.asarray(inputs_BS))
         return make_step_fn(model, self.params, cache, output_DV=self.output_DV)
-
-
-def padded_rows(rows: int, batch_size: int, devices: int = 1) -> int:
-    """Rows a batch of ``rows`` sentences is padded to: the smallest ``devices * 2**k``
-    that holds them, at most ``batch_size`` (a multiple of ``devices``). A short batch
-    (one sentence typed at the CLI, a bucket's last batch) then decodes a few rows, not
-    batch_size of them, while the compiled shapes stay bounded: at most
-    log2(batch_size / devices) + 1 sizes per bucket."""
-    padded = devices
-    while padded < rows:
-        padded *= 2
-    return min(padded, batch_size)
-
 
 def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
                 n_best: int, batch_size: int, max_len: int | None) -> None:
@@ -539,13 +264,12 @@ def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
             raise ValueError(f"{name} must be a positive int; got {value!r}")
     if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
         raise ValueError(f"max_len must be a positive int or None; got {max_len!r}")
-    decode.check_knob(alpha, "alpha", strict=False)
-    decode.check_knob(temperature, "temperature", strict=True)
+    search.check_knob(alpha, "alpha", strict=False)
+    search.check_knob(temperature, "temperature", strict=True)
     widest = beam_size if method == "beam" else 1
     if n_best > widest:
         raise ValueError(f"n_best must be <= {widest} for method={method!r} with "
                          f"beam_size={beam_size}; got {n_best}")
-
 
 def check_params(model_cfg: ModelConfig, params: PyTree) -> None:
     """Raises ValueError naming the paths where ``params`` does not fit the model."""

@@ -1,0 +1,13 @@
+"""Autoregressive search over a step function: greedy, sampling and beam search.
+
+Nothing here knows the model: a search takes ``step_fn(tokens, step, state) -> (logits,
+state)`` (:mod:`jformer.search.loop`), so it is tested on toy Markov chains.
+"""
+from jformer.search.beam import Reorder, beam_search, gather_rows
+from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
+                                 chunked_decode_loop, length_penalty)
+from jformer.search.sampling import greedy_search, row_keys, sample
+
+__all__ = ["DecodeResult", "Reorder", "StepFn", "beam_search", "call_step_fn", "check_knob",
+           "chunked_decode_loop", "gather_rows", "greedy_search", "length_penalty", "row_keys",
+           "sample"]

@@ -28,9 +28,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer.kernels.topk import fast_top_k
 from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
-                            check_search_args, chunked_decode_loop, fast_top_k,
-                            length_penalty)
+                                 check_search_args, chunked_decode_loop, length_penalty)
 from jformer.types import PyTree
 
 

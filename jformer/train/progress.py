@@ -18,8 +18,9 @@ from typing import Any, Mapping
 
 import jax
 
+from jformer.files import METRICS_FILENAME, TENSORBOARD_DIRNAME
+
 _log = logging.getLogger("jformer.train")
-METRICS_FILENAME = "metrics.jsonl"
 
 
 def metrics_row(kind: str, step: int, time_s: float, figures: Mapping[str, Any]) -> str:
@@ -54,7 +55,7 @@ class Progress:
         from tensorboardX import SummaryWriter
         from tqdm import tqdm
 
-        self._writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        self._writer = SummaryWriter(os.path.join(workdir, TENSORBOARD_DIRNAME))
         # With a time budget the step count is open-ended: the bar shows budget_left, not
         # an ETA to num_steps.
         total = num_steps if budget_s is None else None

@@ -13,16 +13,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from jformer.mesh import AXIS
 from jformer.types import PyTree
-
-AXIS = "data"
-
-
-def make_mesh(devices=None) -> Mesh:
-    """A one-axis mesh over all devices of all processes (or the given ones)."""
-    devices = jax.devices() if devices is None else devices
-    return Mesh(np.asarray(devices), (AXIS,))
-
 
 class DataParallel:
     """Places states and batches and runs a per-device function across a mesh.

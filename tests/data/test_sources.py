@@ -7,6 +7,7 @@ import re
 import pytest
 
 from jformer.config import DataConfig
+from jformer import files
 from jformer.data import sources
 
 
@@ -97,14 +98,14 @@ def test_empty_lines_are_skipped_counted_and_logged(tmp_path, caplog):
 def test_invalid_utf8_names_file_and_line(tmp_path):
     (tmp_path / "train.en").write_bytes(b"ok\nfine\nbad \xff\xfe byte\nlast\n")
     _write(tmp_path / "train.de", ["a", "b", "c", "d"])
-    with pytest.raises(ValueError, match=rf"{tmp_path / 'train.en'}:3: invalid UTF-8"):
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'train.en'} line 3: not valid UTF-8"):
         sources.load_split(_text_cfg(tmp_path), "train")
 
 
 def test_bad_gzip(tmp_path):
     (tmp_path / "train.en.gz").write_bytes(b"not gzip at all")
     with pytest.raises(ValueError, match=r"cannot read .*train.en.gz"):
-        sources.read_lines(str(tmp_path / "train.en.gz"))
+        files.read_lines(str(tmp_path / "train.en.gz"))
 
 
 def test_pattern_validation(tmp_path):

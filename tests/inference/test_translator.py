@@ -19,8 +19,11 @@ import numpy as np
 import pytest
 
 from jformer.search import beam as beam_search
+from jformer import files
+from jformer.inference import batch_decode
+from jformer.inference import buckets as bucketing
+from jformer.kernels import topk
 from jformer import checkpoint
-from jformer.search import loop as decode
 from jformer.inference import translator as translate
 from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
                             from_config_dict, to_dict)
@@ -76,7 +79,7 @@ def write_workdir(workdir: str, cfg: ModelConfig, params: dict, tok: Tokenizer,
     with open(os.path.join(workdir, "config.json"), "w") as f:
         json.dump(to_dict(config), f)
     shutil.copy(tok.path, os.path.join(workdir, "spm.model"))
-    with checkpoint.Checkpointer(checkpoint.checkpoint_dir(workdir), keep=5, save_every=1,
+    with checkpoint.Checkpointer(files.checkpoint_dir(workdir), keep=5, save_every=1,
                                  async_save=False) as ckpt:
         for i, step in enumerate(steps):
             scaled = jax.tree.map(lambda x: x * (1.0 + 0.01 * (len(steps) - 1 - i)), params)
@@ -99,26 +102,26 @@ def translator(setup):
 
 def test_buckets_and_output_length_rule(setup):
     cfg = setup[0]
-    assert translate.source_buckets(DECODE, cfg.max_len) == (16, 32, 40)
-    assert translate.source_buckets(dataclasses.replace(DECODE, length_buckets=(8, 64)),
+    assert bucketing.source_buckets(DECODE, cfg.max_len) == (16, 32, 40)
+    assert bucketing.source_buckets(dataclasses.replace(DECODE, length_buckets=(8, 64)),
                                     cfg.max_len) == (8, 40)
-    assert [translate.bucket_for(n, (8, 16, 40)) for n in (1, 8, 9, 40)] == [8, 8, 16, 40]
+    assert [bucketing.bucket_for(n, (8, 16, 40)) for n in (1, 8, 9, 40)] == [8, 8, 16, 40]
     # min(max_len, a * bucket + b) rounded up to the chunk: 8 + 4 -> 12; 32 + 4 -> 36.
-    assert translate.output_len(8, cfg, DECODE, 4) == 12
-    assert translate.output_len(8, cfg, DECODE, 8) == 16
-    assert translate.output_len(32, cfg, DECODE, 4) == 36
-    assert translate.output_len(32, cfg, DECODE, 8) == cfg.max_len  # 40, not 48
-    assert translate.output_len(40, cfg, DECODE, 4) == cfg.max_len
+    assert bucketing.output_len(8, cfg, DECODE, 4) == 12
+    assert bucketing.output_len(8, cfg, DECODE, 8) == 16
+    assert bucketing.output_len(32, cfg, DECODE, 4) == 36
+    assert bucketing.output_len(32, cfg, DECODE, 8) == cfg.max_len  # 40, not 48
+    assert bucketing.output_len(40, cfg, DECODE, 4) == cfg.max_len
     half = dataclasses.replace(DECODE, max_len_a=0.5, max_len_b=1)
-    assert translate.output_len(16, cfg, half, 4) == 12  # ceil(9 / 4) * 4
+    assert bucketing.output_len(16, cfg, half, 4) == 12  # ceil(9 / 4) * 4
 
 
 def test_load_config_round_trip(tmp_path, setup):
     config = Config(setup[0], DataConfig(), TrainConfig(), DECODE)
     (tmp_path / "config.json").write_text(json.dumps(to_dict(config)))
-    assert translate.load_config(tmp_path) == config
+    assert files.load_config(tmp_path) == config
     with pytest.raises(FileNotFoundError, match="config.json"):
-        translate.load_config(tmp_path / "missing")
+        files.load_config(tmp_path / "missing")
 
 
 # ------------------------------------------------------------------ decoding
@@ -206,7 +209,7 @@ def test_alpha_and_temperature_sweeps_reuse_the_compiled_search(translator):
     sample = functools.partial(translator.translate, SHORT, method="sample",
                                rng=jax.random.key(3))
     cold = sample(temperature=0.05)
-    before = translate.trace_count()
+    before = batch_decode.trace_count()
     for alpha in (0.3, 1.0, 2.5):
         hyps = translator.translate(SHORT, beam_size=3, alpha=alpha, return_scores=True)
         same = [(h, b) for h, b in zip(hyps, base) if np.array_equal(h.ids, b.ids)]
@@ -215,7 +218,7 @@ def test_alpha_and_temperature_sweeps_reuse_the_compiled_search(translator):
             assert h.score * ((5 + len(h.ids)) / 6) ** alpha == pytest.approx(b.score,
                                                                                rel=1e-5)
     hot = sample(temperature=50.0)
-    assert translate.trace_count() == before
+    assert batch_decode.trace_count() == before
     assert sample(temperature=0.05) == cold  # temperature is applied, too
     assert hot != cold
     with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
@@ -228,25 +231,25 @@ def test_compilations_stay_bounded_over_mixed_lengths(translator):
     words, rng = words_of_corpus(), random.Random(0)
     calls = [[" ".join(rng.choices(words, k=rng.randint(1, 40)))
               for _ in range(rng.randint(1, 3))] for _ in range(30)]
-    before = translate.trace_count()
+    before = batch_decode.trace_count()
     buckets = set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # long sentences are truncated
         for sentences in calls:
             lengths = [min(len(s), translator.model_cfg.max_len)
                        for s in translator.encode_sources(sentences)]
-            buckets |= {translate.bucket_for(n, translator.buckets) for n in lengths}
+            buckets |= {bucketing.bucket_for(n, translator.buckets) for n in lengths}
             assert len(translator.translate(sentences, method="greedy")) == len(sentences)
     assert len(buckets) >= 3
     # One program per (bucket, padded rows): rows are 1, 2 or 4 (batch_size 4).
-    assert translate.trace_count() - before <= len(buckets) * 3
+    assert batch_decode.trace_count() - before <= len(buckets) * 3
 
 
 def test_short_batches_run_on_fewer_rows(translator, monkeypatch):
-    assert [translate.padded_rows(n, 8) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
-    assert [translate.padded_rows(n, 8, devices=2) for n in (1, 3, 5)] == [2, 4, 8]
-    assert translate.padded_rows(5, 6, devices=3) == 6  # capped at batch_size
-    shapes, decode_batch = [], translate.decode_batch
+    assert [bucketing.padded_rows(n, 8) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+    assert [bucketing.padded_rows(n, 8, devices=2) for n in (1, 3, 5)] == [2, 4, 8]
+    assert bucketing.padded_rows(5, 6, devices=3) == 6  # capped at batch_size
+    shapes, decode_batch = [], batch_decode.decode_batch
 
     def recording(params, output_DV, inputs_BS, *args, **kwargs):
         shapes.append(inputs_BS.shape)
@@ -264,7 +267,7 @@ def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator
     spec = translator._spec("greedy", 1, 24, 0, 1)  # the 16-token bucket's
     inputs_BS = np.full((DECODE.batch_size, 16), cfg.pad_id, np.int32)
     inputs_BS[:, 0] = cfg.eos_id
-    out = translate.decode_batch(translator.params, translator.output_DV, inputs_BS,
+    out = batch_decode.decode_batch(translator.params, translator.output_DV, inputs_BS,
                                  np.zeros(DECODE.batch_size, bool), jax.random.key(0),
                                  model_cfg=cfg, spec=spec)
     assert np.all(np.asarray(out.tokens)[:, 0, 0] == cfg.eos_id)
@@ -394,7 +397,7 @@ def test_fast_argmax_equals_argmax_with_ties():
     rng = np.random.default_rng(0)
     x = rng.integers(0, 5, (6, 37)).astype(np.float32)  # many ties
     x[2] = -np.inf
-    np.testing.assert_array_equal(decode.fast_argmax(jnp.asarray(x)), np.argmax(x, axis=-1))
+    np.testing.assert_array_equal(topk.fast_argmax(jnp.asarray(x)), np.argmax(x, axis=-1))
 
 
 @pytest.mark.parametrize("n, k", [(8192, 8), (1000, 3), (517, 8), (300, 1), (40, 8)])
@@ -404,7 +407,7 @@ def test_fast_top_k_equals_lax_top_k_with_ties_and_infinities(n, k):
     x[0, 0] = -np.inf  # a whole row of -inf: the lowest indices win
     x[1, 1, : n // 2] = -np.inf
     x[2, 0, -1] = 9.0  # the best entry in the padded last block
-    values, indices = jax.jit(lambda a: decode.fast_top_k(a, k))(jnp.asarray(x))
+    values, indices = jax.jit(lambda a: topk.fast_top_k(a, k))(jnp.asarray(x))
     want_values, want_indices = jax.lax.top_k(jnp.asarray(x), k)
     np.testing.assert_array_equal(values, want_values)
     np.testing.assert_array_equal(indices, want_indices)
@@ -430,9 +433,9 @@ def test_slot_addressed_beam_cache_steps_equal_teacher_forcing(setup):
     batch, beams, steps = 2, 3, 6
     inputs_BS = rng.integers(4, cfg.vocab_size, (batch, 7)).astype(np.int32)
     inputs_BS[1, 4:] = cfg.pad_id
-    cache = translate.encode_and_init(model, params, inputs_BS, steps, beam_size=beams)
-    step_fn, state = translate.make_step_fn(model, params, cache)
-    step, reorder = jax.jit(step_fn), jax.jit(translate.reorder_beam_state)
+    cache = batch_decode.encode_and_init(model, params, inputs_BS, steps, beam_size=beams)
+    step_fn, state = batch_decode.make_step_fn(model, params, cache)
+    step, reorder = jax.jit(step_fn), jax.jit(batch_decode.reorder_beam_state)
     teacher = jax.jit(model.apply)
     inputs_NS = np.repeat(inputs_BS, beams, axis=0)
     history_N = [[] for _ in range(batch * beams)]  # decoder inputs fed so far
@@ -469,17 +472,17 @@ def test_slot_addressed_beam_search_equals_reordering_the_rows(setup, beam_size)
 
     @functools.partial(jax.jit, static_argnums=0)
     def search(slots: bool):
-        cache = translate.encode_and_init(model, params, inputs_BS, 12,
+        cache = batch_decode.encode_and_init(model, params, inputs_BS, 12,
                                           beam_size if slots else None)
-        step_fn, state = translate.make_step_fn(model, params, cache)
+        step_fn, state = batch_decode.make_step_fn(model, params, cache)
         return beam_search.beam_search(
-            step_fn, state, reorder=translate.reorder_beam_state if slots else None, **spec)
+            step_fn, state, reorder=batch_decode.reorder_beam_state if slots else None, **spec)
 
     slot, rows = search(True), search(False)
-    cache = translate.encode_and_init(model, params, inputs_BS, 12, beam_size + 1)
+    cache = batch_decode.encode_and_init(model, params, inputs_BS, 12, beam_size + 1)
     with pytest.raises(ValueError, match="init_decode_state's beam_size must be the search"):
-        beam_search.beam_search(*translate.make_step_fn(model, params, cache),
-                                reorder=translate.reorder_beam_state, **spec)
+        beam_search.beam_search(*batch_decode.make_step_fn(model, params, cache),
+                                reorder=batch_decode.reorder_beam_state, **spec)
     np.testing.assert_array_equal(slot.tokens, rows.tokens)
     np.testing.assert_array_equal(slot.lengths, rows.lengths)
     np.testing.assert_allclose(slot.scores, rows.scores, rtol=1e-5, atol=1e-5)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jformer.config import DataConfig
+from jformer import files
 from jformer.data import pipeline
 
 CFG = DataConfig(source="demo", demo_num_train=600, demo_num_eval=37, demo_num_test=23,
@@ -24,7 +25,7 @@ def train(workdir):
 
 
 def test_train_split_trains_and_saves_the_tokenizer(train, workdir):
-    path = os.path.join(workdir, pipeline.SPM_FILENAME)
+    path = os.path.join(workdir, files.SPM_FILENAME)
     assert os.path.isfile(path) and train.tokenizer.path == path
     assert train.tokenizer.vocab_size == 400 and train.examples == []
     mtime = os.path.getmtime(path)
@@ -47,7 +48,7 @@ def test_the_tokenizer_is_reused_only_for_the_corpus_and_settings_it_learned(
     vocabulary settings would learn another model is refused, naming what differs."""
     workdir = str(tmp_path)
     first = pipeline.load_or_train_tokenizer(CFG, workdir)
-    record_path = os.path.join(workdir, pipeline.SPM_RECORD)
+    record_path = os.path.join(workdir, files.SPM_RECORD)
     with open(record_path) as f:
         record = json.load(f)
     assert record["sentences"] == 2 * 600 and len(record["sha256"]) == 64
@@ -121,7 +122,7 @@ def test_eval_split_keeps_examples_and_one_pass_batches(train, workdir):
 def test_vocab_path_and_packing(train, tmp_path):
     cfg = dataclasses.replace(CFG, vocab_path=train.tokenizer.path, pack=True, pack_len=64)
     packed = pipeline.build_pipeline(cfg, str(tmp_path), "train")
-    assert not os.path.exists(tmp_path / pipeline.SPM_FILENAME)
+    assert not os.path.exists(tmp_path / files.SPM_FILENAME)
     batch = next(packed.batches)
     assert batch["inputs"].shape == (16, 64) and "inputs_segmentation" in batch
     with pytest.raises(FileNotFoundError, match="missing.model"):

@@ -15,15 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer import checkpoint
+from jformer import checkpoint, files
 from jformer.inference.attention_maps import positional_matrix
-from jformer.cli.commands import main
+from jformer.cli import main
 from jformer.model.embeddings import sinusoid_table
 from jformer.model.transformer import Transformer
-from jformer.inference.translator import OverlongWarning, Translator
+from jformer.inference import OverlongWarning, Translator
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_translate import build_setup, write_workdir  # noqa: E402
+from tests.inference.test_translator import build_setup, write_workdir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LINES = ["Five.", "", "It is late.", "We need one car.", "The number is three.", "Hello"]
@@ -137,7 +136,7 @@ def test_average_checkpoints_then_translate_with_it(workdir, tmp_path, capsys, m
                                 "--out", out_dir], capsys)
     assert status == 0, err
     assert "[10, 20]" in out
-    source = checkpoint.checkpoint_dir(workdir)
+    source = files.checkpoint_dir(workdir)
     mean = jax.tree.map(lambda a, b: (a + b) / 2, checkpoint.restore_params(source, 10),
                         checkpoint.restore_params(source, 20))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
@@ -301,23 +300,25 @@ def test_evaluate_on_empty_files_is_a_clear_error(workdir, tmp_path, capsys):
 
 def test_an_overlong_line_is_reported_with_its_line_number(workdir):
     import dataclasses
-    import jformer.cli.commands as cli
+    from jformer.cli import build_parser
+    from jformer.cli.common import search_kwargs
+    from jformer.cli.translate import translate_stream
 
     strict = Translator.from_checkpoint(workdir)
     strict.decode_cfg = dataclasses.replace(strict.decode_cfg, overlong="error")
     lines = ["Five."] * 4 + [" ".join(["three hundred and forty-five"] * 12)]
-    kwargs = cli._search_kwargs(cli.build_parser().parse_args(
+    kwargs = search_kwargs(build_parser().parse_args(
         ["translate", "--workdir", workdir, "--beam", "1"]))
     with pytest.raises(ValueError, match=r"^in\.en line 5: \d+ tokens \(EOS included\), "
                                          r"more than model\.max_len=40$"):
-        cli._translate_stream(strict, [lines[i:i + 2] for i in range(0, 5, 2)],
-                              io.StringIO(), kwargs, True, "in.en")
+        translate_stream(strict, [lines[i:i + 2] for i in range(0, 5, 2)],
+                         io.StringIO(), kwargs, True, "in.en")
 
 
 def test_python_m_jformer_help_lists_the_subcommands():
     result = subprocess.run([sys.executable, "-m", "jformer", "--help"], capture_output=True,
                             text=True, timeout=60,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert result.returncode == 0, result.stderr
     for command in ("translate", "evaluate", "attention", "average-checkpoints"):
         assert command in result.stdout

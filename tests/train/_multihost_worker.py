@@ -7,24 +7,26 @@ import sys
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 os.environ["JAX_PLATFORMS"] = "cpu"
-sys.path[:0] = [os.path.dirname(__file__), os.path.dirname(os.path.dirname(__file__))]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jformer.train import loop as train_lib  # noqa: E402
-from train_helpers import tiny_config  # noqa: E402
+from jformer import train as train_lib  # noqa: E402
+from jformer.config import TrainConfig  # noqa: E402
+from jformer.train.evaluation import host_params  # noqa: E402
+from tests.train_helpers import tiny_config  # noqa: E402
 
 
 def main():
     port, pid, workdir, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     cfg = tiny_config(num_steps=3, checkpoint_every=3, coordinator_address=f"localhost:{port}",
                       num_processes=2, process_id=pid)
-    train_lib.maybe_initialize_distributed(train_lib.config_lib.TrainConfig(
+    train_lib.maybe_initialize_distributed(TrainConfig(
         **cfg.train.to_dict()))
     assert jax.process_count() == 2 and jax.device_count() == 4, jax.devices()
     job, state = train_lib.train(cfg, workdir)
-    params = train_lib.host_params(state.params)
+    params = host_params(state.params)
     flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(params)[0]}
     first_batch = next(job.train_data.batches.epoch_batches(0))["inputs"]  # this host's rows
     np.savez(out, first_batch=first_batch, step=int(np.asarray(state.step.addressable_data(0))),

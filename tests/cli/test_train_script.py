@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBE = "import os, train; train.use_hugepage_malloc(); print(os.environ.get('GLIBC_TUNABLES'))"
 
 
@@ -96,7 +96,7 @@ def test_bad_paths_are_one_line_errors(tmp_path):
 # not fit the config, a vanished file) without training for them.
 RAISING_MAIN = """
 import sys, train
-from jformer.train import loop as train_lib
+from jformer import train as train_lib
 def train_and_evaluate(raw, workdir):
     raise {exc}
 train_lib.train_and_evaluate = train_and_evaluate

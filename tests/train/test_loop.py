@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 
 from configs import base, big, demo, multi30k, small
-from jformer.train import loop as train_lib
-from jformer.checkpoint import Checkpointer, checkpoint_dir, restore_params
+from jformer import files
+from jformer import train as train_lib
+from jformer.train import config_checks, run_control
+from jformer.checkpoint import Checkpointer, restore_params
+from jformer.files import checkpoint_dir
 from jformer.config import ConfigError
-from train_helpers import tiny_config
+from tests.train_helpers import tiny_config
 
 
 def leaves(tree):
@@ -103,7 +106,7 @@ def test_pmap_and_shard_map_jobs_train_and_evaluate_alike(tmp_path, shared_vocab
 def test_a_second_training_process_on_a_workdir_stops_before_any_work(tmp_path,
                                                                       shared_vocab):
     w = workdir_with_vocab(tmp_path, "busy", shared_vocab)
-    with open(os.path.join(w, train_lib.LOCK_FILENAME), "a") as held:  # the other run
+    with open(os.path.join(w, files.LOCK_FILENAME), "a") as held:  # the other run
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(ValueError, match=f"{w} is in use by another training process"):
             train_lib.train(tiny_config(num_steps=2), w)
@@ -136,7 +139,7 @@ def test_time_budget_ends_the_run_with_a_checkpoint_and_metrics_rows(tmp_path, s
     # A budget of 0.06 ms is spent before the first step returns: the run stops at step 1.
     _, state = train_lib.train(tiny_config(num_steps=50, max_minutes=1e-6), w)
     assert int(state.step) == 1
-    with open(os.path.join(w, train_lib.LOCK_FILENAME), "a") as lock:  # released
+    with open(os.path.join(w, files.LOCK_FILENAME), "a") as lock:  # released
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with Checkpointer(checkpoint_dir(w), keep=3, save_every=10) as ckpt:
         assert ckpt.all_steps() == [1]
@@ -147,9 +150,9 @@ def test_time_budget_ends_the_run_with_a_checkpoint_and_metrics_rows(tmp_path, s
 
 def test_budget_clock():
     now = time.monotonic()
-    assert train_lib.Budget(now - 61.0, 1.0, check_every=5).spent(3)
-    assert not train_lib.Budget(now, 1.0, check_every=5).spent(3)
-    assert not train_lib.Budget(now - 1e6, 0.0, check_every=5).spent(3)  # 0: no budget
+    assert run_control.Budget(now - 61.0, 1.0, check_every=5).spent(3)
+    assert not run_control.Budget(now, 1.0, check_every=5).spent(3)
+    assert not run_control.Budget(now - 1e6, 0.0, check_every=5).spent(3)  # 0: no budget
 
 
 def tensorboard_scalars(workdir):
@@ -157,8 +160,8 @@ def tensorboard_scalars(workdir):
     from tensorboardX.proto import event_pb2
 
     scalars = {}
-    for root, _, files in os.walk(os.path.join(workdir, "tensorboard")):
-        for name in sorted(f for f in files if "tfevents" in f):
+    for root, _, names in os.walk(os.path.join(workdir, "tensorboard")):
+        for name in sorted(f for f in names if "tfevents" in f):
             data = open(os.path.join(root, name), "rb").read()
             pos = 0
             while pos < len(data):  # TFRecord: u64 length, u32 crc, payload, u32 crc
@@ -194,7 +197,7 @@ def test_train_and_evaluate_logs_periodic_and_final_figures(tmp_path, shared_voc
 def test_resume_with_another_architecture_is_refused_naming_each_field(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "arch", shared_vocab)
     train_lib.train(tiny_config(num_steps=2), w)
-    path = os.path.join(w, train_lib.CONFIG_FILENAME)
+    path = os.path.join(w, files.CONFIG_FILENAME)
     with open(path) as f:
         before = f.read()
     other = tiny_config(num_steps=4)
@@ -238,17 +241,17 @@ def test_changed_model_fields_skips_tokenizer_ids_dropout_and_dtype():
     from jformer.config import ModelConfig
 
     old = ModelConfig(vocab_size=400, positional="learned", max_len=64)
-    assert train_lib.changed_model_fields(old, old) == []
+    assert config_checks.changed_model_fields(old, old) == []
     new = dataclasses.replace(old, vocab_size=500, pad_id=1, bos_id=0, eos_id=4,
                               dropout_rate=0.3, attention_dropout_rate=0.1,
                               relu_dropout_rate=0.1, dtype="bfloat16")
-    assert train_lib.changed_model_fields(old, new) == []
+    assert config_checks.changed_model_fields(old, new) == []
     # learned positions: max_len is the shape of a parameter
-    assert train_lib.changed_model_fields(old, dataclasses.replace(old, max_len=128)) == [
+    assert config_checks.changed_model_fields(old, dataclasses.replace(old, max_len=128)) == [
         "model.max_len: saved 64, now 128"]
     sin = dataclasses.replace(old, positional="sinusoidal")
-    assert train_lib.changed_model_fields(sin, dataclasses.replace(sin, max_len=128)) == []
-    assert train_lib.changed_model_fields(old, dataclasses.replace(sin, d_ff=32)) == [
+    assert config_checks.changed_model_fields(sin, dataclasses.replace(sin, max_len=128)) == []
+    assert config_checks.changed_model_fields(old, dataclasses.replace(sin, d_ff=32)) == [
         "model.d_ff: saved 2048, now 32", "model.positional: saved learned, now sinusoidal"]
 
 
@@ -279,11 +282,11 @@ def test_padded_width_over_model_max_len_is_a_config_error_before_data_work(tmp_
     match = (r"'data.max_source_len' \(61\) and 'data.max_target_len' \(40\): expected a "
              r"padded width <= 'model.max_len' \(62\); got bucket width 64")
     with pytest.raises(ConfigError, match=match):
-        train_lib.validate_config(_overlong_config(62))
+        config_checks.validate_config(_overlong_config(62))
     with pytest.raises(ConfigError, match=match):
         train_lib.build_job(_overlong_config(62), str(tmp_path))
     assert os.listdir(tmp_path) == []  # no tokenizer trained, no data read
-    assert train_lib.validate_config(_overlong_config(64)).model.max_len == 64
+    assert config_checks.validate_config(_overlong_config(64)).model.max_len == 64
 
 
 def test_model_dtype_that_compute_dtype_would_override_is_a_config_error():
@@ -291,17 +294,17 @@ def test_model_dtype_that_compute_dtype_would_override_is_a_config_error():
     c.model.dtype = "bfloat16"  # train.compute_dtype stays float32 and would win silently
     with pytest.raises(ConfigError, match=r"'model.dtype' \('bfloat16'\) differs from "
                        r"'train.compute_dtype' \('float32'\).*compute_dtype=bfloat16"):
-        train_lib.validate_config(c)
+        config_checks.validate_config(c)
     c.train.compute_dtype = "bfloat16"
-    assert train_lib.validate_config(c).model.dtype == "bfloat16"
+    assert config_checks.validate_config(c).model.dtype == "bfloat16"
     c = small.get_config()
     c.train.compute_dtype = "bfloat16"  # model.dtype left at its default follows it
-    assert train_lib.validate_config(c).model.dtype == "bfloat16"
+    assert config_checks.validate_config(c).model.dtype == "bfloat16"
 
 
 @pytest.mark.parametrize("module", [base, big, small, demo, multi30k])
 def test_shipped_configs_fit_their_model_max_len(module):
-    train_lib.validate_config(module.get_config())
+    config_checks.validate_config(module.get_config())
 
 
 def test_multi_process_settings_without_an_address_do_not_run_single_process():

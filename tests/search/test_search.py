@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from jformer.search.beam import beam_search
-from jformer.search import loop as decode
-from jformer.search.loop import greedy_search, length_penalty, sample
+from jformer.search import greedy_search, length_penalty, sample
 
 B, V, W = 3, 7, 4
 BOS, EOS, PAD = 4, 1, 6
@@ -469,10 +468,6 @@ def test_sampling_frequencies_follow_the_filtered_distribution(top_k):
 
 
 # ----------------------------------------------------------------------- validation
-
-
-def test_decode_re_exports_beam_search():
-    assert decode.beam_search is beam_search
 
 
 def test_bad_arguments_raise_value_error():

@@ -1,0 +1,59 @@
+"""Arguments and helpers shared by the subcommands that load a trained model."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workdir", required=True,
+                   help="training run folder (config.json, spm.model, checkpoints/)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="checkpoint directory to use instead of <workdir>/checkpoints "
+                        "(e.g. an averaged checkpoint)")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+
+
+def add_search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--beam", type=int, default=None, help="beam size (1: greedy); "
+                   "default: the run's decode.beam_size")
+    p.add_argument("--alpha", type=float, default=None, help="length penalty exponent")
+    p.add_argument("--batch-size", type=int, default=None, help="sentences per decode batch")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="max output tokens (default: decode.max_len_a * len + max_len_b)")
+    p.add_argument("--method", choices=("beam", "greedy", "sample"), default="beam")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the k best")
+    p.add_argument("--seed", type=int, default=0,
+                   help="sampling seed; a line's sample depends only on it and the line's "
+                        "number (not on --devices or batching)")
+    p.add_argument("--devices", type=int, default=1,
+                   help="decode each batch data-parallel over this many local devices; "
+                        "the batch size must be a multiple (on a CPU: its cores split "
+                        "into that many devices; helps large batches, not batch 1)")
+
+
+def load_translator(args: argparse.Namespace):
+    import jax  # deferred: fast --help
+
+    from jformer.inference import Translator
+
+    devices = getattr(args, "devices", 1)
+    # Process-wide, and only before jax starts its CPU backend (accelerators are
+    # unaffected); it then overrides an XLA_FLAGS device count.
+    if devices > 1:
+        try:
+            jax.config.update("jax_num_cpu_devices", devices)
+        except RuntimeError:  # jax already running (in-process use): keep its devices
+            pass
+    return Translator.from_checkpoint(args.workdir, checkpoint_dir=args.checkpoint,
+                                      step=args.step, devices=devices)
+
+
+def search_kwargs(args: argparse.Namespace) -> dict:
+    import jax
+
+    if not 0 <= args.seed < 2 ** 63:
+        raise ValueError(f"--seed must be an int in [0, 2**63); got {args.seed}")
+    return dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
+                max_len=args.max_len, method=args.method, temperature=args.temperature,
+                top_k=args.top_k, rng=jax.random.key(args.seed))

@@ -1,0 +1,47 @@
+"""``jformer evaluate``: translate a test set and print sacreBLEU and chrF with signatures."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from jformer.cli.common import add_model_args, add_search_args, load_translator, search_kwargs
+from jformer.cli.translate import DEFAULT_CHUNK_LINES, translate_stream
+
+NAME = "evaluate"
+HELP = "translate a test set and print BLEU and chrF"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    add_search_args(p)
+    p.add_argument("--src", required=True, help="source sentences, one per line")
+    p.add_argument("--ref", required=True, help="reference translations, one per line")
+    p.add_argument("--lowercase", action="store_true", help="case-insensitive scores")
+    p.add_argument("--hyp-out", default=None, help="also write the hypotheses here")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def run(args: argparse.Namespace) -> None:
+    from sacrebleu.metrics import BLEU, CHRF
+
+    from jformer.files import read_lines
+
+    sources, refs = read_lines(args.src), read_lines(args.ref)
+    if len(sources) != len(refs):
+        raise ValueError(f"--src {args.src} has {len(sources)} lines but --ref {args.ref} "
+                         f"has {len(refs)}")
+    if not sources:
+        raise ValueError(f"--src {args.src} and --ref {args.ref} are empty: nothing to score")
+    translator = load_translator(args)
+    hyp_file = open(args.hyp_out, "w", encoding="utf-8") if args.hyp_out else open(os.devnull, "w")
+    with hyp_file:
+        chunks = (sources[i:i + DEFAULT_CHUNK_LINES]
+                  for i in range(0, len(sources), DEFAULT_CHUNK_LINES))
+        hyps = translate_stream(translator, chunks, hyp_file, search_kwargs(args),
+                                args.quiet, args.src)
+    for metric in (BLEU(lowercase=args.lowercase), CHRF(lowercase=args.lowercase)):
+        score = metric.corpus_score(hyps, [refs])
+        print(score)
+        print(f"  signature: {metric.get_signature()}")
+    sys.stdout.flush()

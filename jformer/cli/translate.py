@@ -1,0 +1,121 @@
+"""``jformer translate``: stdin (or a file) to stdout, one line per line, streamed."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+import warnings
+from typing import Iterable, TextIO
+
+from jformer.cli.common import add_model_args, add_search_args, load_translator, search_kwargs
+
+NAME = "translate"
+HELP = "translate stdin (one sentence per line) to stdout"
+DEFAULT_CHUNK_LINES = 1000
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    add_search_args(p)
+    p.add_argument("--input", default="-", help="input file (default: stdin)")
+    p.add_argument("--output", default="-", help="output file (default: stdout)")
+    p.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES,
+                   help="lines read, translated and written at a time")
+    p.add_argument("--n-best", type=int, default=1, metavar="N",
+                   help="write the N best beam hypotheses per line, best first, in Moses "
+                        "n-best format: 'ID ||| translation ||| score' (ID: 0-based input "
+                        "line; score: log-prob / length penalty)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.chunk_lines < 1:
+        raise ValueError(f"--chunk-lines must be >= 1; got {args.chunk_lines}")
+    from jformer.cli.textio import line_batches
+
+    translator = load_translator(args)
+    with contextlib.ExitStack() as stack:  # releases what was opened, even on errors
+        # Bytes, decoded line by line (jformer.cli.textio): stdin is never wrapped or closed.
+        src = sys.stdin if args.input == "-" else stack.enter_context(open(args.input, "rb"))
+        out = open_out(args.output)
+        stack.callback(_release, out, sys.stdout)
+        name = "stdin" if args.input == "-" else args.input
+        translate_stream(translator, line_batches(src, name, args.chunk_lines), out,
+                          search_kwargs(args), args.quiet, name, args.n_best)
+
+
+def _one_line(text: str) -> str:
+    # Byte-fallback pieces can decode to a line break; keep one output line per input line.
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwargs: dict,
+                      quiet: bool, name: str, n_best: int = 1) -> list[str]:
+    """Translates ``chunks`` (lists of lines) in order, writing and flushing each one;
+    returns the best translation of every line. ``n_best`` > 1 writes that many
+    hypotheses per line in Moses n-best format instead of one line per line.
+
+    Line i (0-based, over all chunks) samples with ``fold_in(rng, i)``, as it would in
+    one ``translate`` call of the whole input: samples do not depend on how the input
+    arrives in chunks. An overlong line's error, or its truncation warning, names
+    ``name`` (the input) and the line number."""
+    from tqdm import tqdm
+
+    from jformer.search import row_keys
+    from jformer.inference import OverlongError, OverlongWarning
+
+    if n_best > 1:
+        kwargs = dict(kwargs, n_best=n_best, return_scores=True)
+    translator.translate([], **kwargs)  # checks the search arguments, before any output
+    hyps: list[str] = []
+    with tqdm(unit="sent", file=sys.stderr, disable=quiet, desc="translating") as bar:
+        for chunk in chunks:
+            first_line = len(hyps) + 1
+            chunk_kwargs = dict(kwargs, rng=row_keys(kwargs["rng"], len(chunk),
+                                                     first=first_line - 1))
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", OverlongWarning)
+                    results = translator.translate(chunk, **chunk_kwargs)
+            except OverlongError as e:
+                raise ValueError(f"{name} line {first_line + e.index}: {e.detail}") from e
+            for w in caught:  # the chunk's positions as the input's line numbers
+                if isinstance(w.message, OverlongWarning):
+                    bar.write(f"warning: {name} line {first_line + w.message.index}: "
+                              f"{w.message.detail}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+            for result in results:
+                if n_best > 1:  # Hypothesis lists, best first
+                    for h in result:
+                        out.write(f"{len(hyps)} ||| {_one_line(h.text)} ||| {h.score:.6f}\n")
+                    result = result[0].text
+                else:
+                    out.write(_one_line(result) + "\n")
+                hyps.append(result)
+            out.flush()
+            bar.update(len(chunk))
+    return hyps
+
+
+def open_out(path: str) -> TextIO:
+    """The output file, or stdout as UTF-8 (not the locale's encoding) with "\\n" line
+    ends, as files are written here."""
+    if path != "-":
+        return open(path, "w", encoding="utf-8")
+    if not hasattr(sys.stdout, "buffer"):  # already a plain text stream (e.g. in tests)
+        return sys.stdout
+    return io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n",
+                            write_through=True)
+
+
+def _release(f: TextIO, std: TextIO) -> None:
+    """Closes a file; a wrapper of stdout is detached instead (closing, or
+    garbage-collecting, it would close the process's own stream)."""
+    if f is std:
+        return
+    if getattr(f, "buffer", None) is not None and f.buffer is getattr(std, "buffer", None):
+        f.detach()  # flushes first
+    else:
+        f.close()

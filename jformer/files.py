@@ -1,0 +1,120 @@
+"""Every file jformer reads or writes in a workdir, by name, with its one reader/writer.
+
+A training workdir holds::
+
+    config.json        the resolved Config (write_config / load_config)
+    spm.model          the sentencepiece model (data.vocab_path overrides it), spm.vocab
+    spm.json           what spm.model was learned from (jformer.data.pipeline)
+    checkpoints/       orbax checkpoints (jformer.checkpoint)
+    metrics.jsonl      one JSON row per log interval or evaluation (jformer.train.progress)
+    tensorboard/       TensorBoard events
+    .train.lock        held by the training process (jformer.train.run_control)
+
+Text files are UTF-8, split at "\\n" only (a stray "\\r" inside a line stays, so parallel
+files keep lining up; universal newlines would split there); trailing "\\r" and a
+leading byte-order mark are dropped. Writes go to a temporary file in the same folder,
+are flushed to disk, then renamed over the target: a crash never leaves half a file.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+import zlib
+from typing import Any
+
+CONFIG_FILENAME = "config.json"
+SPM_FILENAME = "spm.model"
+SPM_RECORD = "spm.json"
+CHECKPOINTS_DIRNAME = "checkpoints"
+METRICS_FILENAME = "metrics.jsonl"
+TENSORBOARD_DIRNAME = "tensorboard"
+LOCK_FILENAME = ".train.lock"
+BOM = "\ufeff"
+
+
+def checkpoint_dir(workdir: str | os.PathLike) -> str:
+    """``<workdir>/checkpoints``."""
+    return os.path.join(os.fspath(workdir), CHECKPOINTS_DIRNAME)
+
+
+def tokenizer_path(data_cfg: Any, workdir: str | os.PathLike) -> str:
+    """``data.vocab_path`` when set, else ``<workdir>/spm.model``."""
+    return data_cfg.vocab_path or os.path.join(os.fspath(workdir), SPM_FILENAME)
+
+
+def write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    """Writes ``data`` under a temporary name in ``path``'s folder, flushed to disk,
+    then renames it over ``path``."""
+    path = os.fspath(path)
+    out_dir = os.path.dirname(os.path.abspath(path))
+    os.makedirs(out_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-" + os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """``obj`` as indented, key-sorted JSON, written atomically."""
+    write_atomically(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+
+def decode_line(raw: bytes, name: str, line_no: int) -> str:
+    """Line ``line_no`` (1-based) of ``name``, decoded and stripped of its line end
+    (and of a byte-order mark on line 1). Invalid UTF-8 is a ValueError naming the
+    input, the line and the byte."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{name} line {line_no}: not valid UTF-8 ({e.reason} at byte "
+                         f"{e.start + 1} of the line)") from None
+    if line_no == 1 and text.startswith(BOM):
+        text = text[1:]
+    return text.rstrip("\r\n")
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """All lines of a UTF-8 text file (``.gz``: gzipped), without line ends."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:  # a missing file: the OSError names it
+        data = f.read()
+    if path.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise ValueError(f"cannot read {path}: {e}") from e
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [decode_line(raw, path, i + 1) for i, raw in enumerate(lines)]
+
+
+def load_config(workdir: str | os.PathLike):
+    """``<workdir>/config.json`` (written by training) as a validated :class:`Config`."""
+    from jformer.config import from_config_dict
+
+    path = os.path.join(os.fspath(workdir), CONFIG_FILENAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file not found: {path} (is {os.fspath(workdir)} a "
+                                f"training workdir?)")
+    with open(path, encoding="utf-8") as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"cannot parse {path}: {e}") from e
+    return from_config_dict(raw)
+
+
+def write_config(workdir: str | os.PathLike, cfg: Any) -> None:
+    """``<workdir>/config.json``: what inference needs to rebuild the model."""
+    from jformer.config import to_dict
+
+    write_json(os.path.join(os.fspath(workdir), CONFIG_FILENAME), to_dict(cfg))

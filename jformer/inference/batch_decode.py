@@ -1,0 +1,184 @@
+"""One batch of sources to hypotheses, as one compiled program (encoder, cache, search).
+
+:func:`decode_batch` runs the encoder once, projects the cross-attention keys and values
+once per source, and runs a search of :mod:`jformer.search` over the cached decoder step;
+:func:`decode_batch_parallel` splits the batch over the devices of a one-axis mesh.
+:class:`SearchSpec` holds the static settings (part of the jit cache key); the length
+penalty and the sampling temperature are traced, so sweeping them reuses the program.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from jformer import search
+from jformer.config import ModelConfig
+from jformer.mesh import AXIS
+from jformer.model import DecodeCache, Transformer, masks
+from jformer.model.cache import reorder_slots
+from jformer.types import Array, PyTree
+
+_TRACES: collections.Counter = collections.Counter()  # (inputs shape, spec) -> traces
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpec:
+    """The static (compile-time) settings of one search; part of the jit cache key.
+
+    The length-penalty ``alpha`` and the sampling ``temperature`` are not here: they are
+    traced arguments of :func:`decode_batch`, so sweeping them does not recompile.
+    """
+
+    method: str = "greedy"  # greedy | beam | sample
+    beam_size: int = 1
+    max_len: int = 32  # output positions (the cache length)
+    min_len: int = 0  # EOS forbidden before this position (benchmarks force lengths)
+    top_k: int = 0
+    chunk_size: int = 8
+    n_best: int = 1  # beam: stop a row once this many finished ones can't be beaten
+
+def trace_count() -> int:
+    """How many times the batch decoder has been traced (= compiled) in this process."""
+    return sum(_TRACES.values())
+
+def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
+    """The tied output embedding transposed to [D, V] once (None if the output is untied).
+
+    Tied logits are ``y [N, D] @ embedding [V, D]^T``; with the [V, D] matrix XLA's CPU
+    dot transposes all of it at every decode step (8 MB at V=8192, D=256). The decode
+    step's output projection reads the [D, V] copy directly, while its embedding lookup
+    keeps reading rows of the [V, D] matrix (columns of [D, V] are strided reads).
+    """
+    if not model_cfg.tie_output:
+        return None
+    # In the compute dtype (as output_layer gives it): a bf16 step then reads it without
+    # converting 8 MB every step.
+    model = Transformer(model_cfg)
+    return jax.jit(lambda p: model.apply({"params": p},
+                                         method=Transformer.output_layer)[0].T)(params)
+
+def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
+                 valid_B: Array | None = None, output_DV: Array | None = None
+                 ) -> tuple[search.StepFn, PyTree]:
+    """The cached decoder step as a :mod:`jformer.search.loop` step function.
+
+    Returns (step_fn, state). ``state`` is the self-attention cache (self_k, self_v, slot),
+    the only per-hypothesis part; cross-attention K/V and the source mask [B, ...] are
+    closed over, so ``step_fn`` takes any N = B*G rows (row b*G + g belongs to source b).
+    A slot-addressed cache (``init_decode_state(..., beam_size=W)``) takes N = B*W rows
+    and goes to beam search with ``reorder=``:func:`reorder_beam_state`.
+    PAD and BOS are never valid outputs, so their logits are set to masks.NEG_INF (a generated
+    PAD would vanish from the text and be masked as padding by teacher forcing).
+    Rows whose ``valid_B`` is False (batch padding) get logits that force EOS.
+    ``output_DV``: :func:`output_matrix` of the params, for faster tied logits.
+    """
+    cfg = model.cfg
+    vocab_V = jnp.arange(cfg.vocab_size)
+    banned_V = (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
+    forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, masks.NEG_INF).astype(jnp.float32)
+
+    def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
+        self_k, self_v, slot = state
+        if slot is not None and tokens_N.shape[0] != slot.shape[0] * slot.shape[1]:
+            raise ValueError(
+                f"the slot-addressed cache holds {slot.shape[1]} hypotheses for each of "
+                f"{slot.shape[0]} sources ({slot.shape[0] * slot.shape[1]} rows); the "
+                f"search stepped {tokens_N.shape[0]}: init_decode_state's beam_size must "
+                "be the search's beam_size")
+        full = cache.replace(self_k=self_k, self_v=self_v, slot=slot)
+        logits_NV, new = model.apply({"params": params}, tokens_N, step, full, output_DV,
+                                     method=Transformer.decode_step)
+        logits_NV = jnp.where(banned_V, masks.NEG_INF, logits_NV)
+        if valid_B is not None:
+            # [B] -> [N]: the G hypotheses of a source share its flag.
+            valid_N = jnp.repeat(valid_B, tokens_N.shape[0] // valid_B.shape[0])
+            logits_NV = jnp.where(valid_N[:, None], logits_NV, forced_eos_V)
+        return logits_NV, (new.self_k, new.self_v, new.slot)
+
+    return step_fn, (cache.self_k, cache.self_v, cache.slot)
+
+def reorder_beam_state(state: PyTree, parent_BW: Array) -> PyTree:
+    """Beam search's ``reorder`` for a slot-addressed state: remaps the slot table only."""
+    self_k, self_v, slot_BWT = state
+    return self_k, self_v, reorder_slots(slot_BWT, parent_BW)
+
+def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
+                    max_len: int, beam_size: int | None = None) -> DecodeCache:
+    """Runs the encoder once and builds the cache (cross K/V projected once per source);
+    ``beam_size``: slot-addressed self-attention buffers for beam search."""
+    variables = {"params": params}
+    encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
+    return model.apply(variables, encoded_BSD, inputs_BS, max_len, beam_size,
+                       method=Transformer.init_decode_state)
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "spec"))
+def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, valid_B: Array,
+                 rng: Array, alpha: jax.typing.ArrayLike = 0.0,
+                 temperature: jax.typing.ArrayLike = 1.0, *, model_cfg: ModelConfig,
+                 spec: SearchSpec) -> search.DecodeResult:
+    """Encode + init cache + search for one batch, as one compiled program.
+
+    Args:
+      params: the model parameters.
+      output_DV: :func:`output_matrix` of the params (computed once per model).
+      inputs_BS: int32 [batch, src_len] source ids (EOS-terminated, pad_id-padded).
+      valid_B: bool [batch]; False rows are padding and finish at once.
+      rng: PRNG keys [batch], row b's sampling key (used by sampling only; a single
+        key gives row b ``fold_in(rng, b)``, see :func:`search.row_keys`).
+      alpha: beam search's length-penalty exponent (>= 0, checked by the caller).
+      temperature: sampling's temperature (> 0, checked by the caller).
+    Returns:
+      DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
+      finished [batch, beam] (beam = 1 for greedy and sampling).
+    """
+    _TRACES[(inputs_BS.shape, spec)] += 1  # runs only while tracing
+    model = Transformer(model_cfg)
+    beam = spec.method == "beam"
+    cache = encode_and_init(model, params, inputs_BS, spec.max_len,
+                            spec.beam_size if beam else None)
+    step_fn, state = make_step_fn(model, params, cache, valid_B, output_DV)
+    ids = dict(bos_id=model_cfg.bos_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
+    common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
+                  chunk_size=spec.chunk_size, min_len=spec.min_len, **ids)
+    if beam:
+        return search.beam_search(step_fn, state, beam_size=spec.beam_size, alpha=alpha,
+                           reorder=reorder_beam_state, n_best=spec.n_best, **common)
+    if spec.method == "sample":
+        out = search.sample(step_fn, state, rng, temperature=temperature,
+                            top_k=spec.top_k, **common)
+    else:
+        out = search.greedy_search(step_fn, state, **common)
+    # [B, ...] -> [B, 1, ...]: one hypothesis per row, like a beam of width 1.
+    return out._replace(tokens=out.tokens[:, None], scores=out.scores[:, None],
+                        lengths=out.lengths[:, None], finished=out.finished[:, None])
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "spec", "mesh"))
+def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Array,
+                          valid_B: Array, rng: Array, alpha: jax.typing.ArrayLike = 0.0,
+                          temperature: jax.typing.ArrayLike = 1.0, *,
+                          model_cfg: ModelConfig, spec: SearchSpec,
+                          mesh: jax.sharding.Mesh) -> search.DecodeResult:
+    """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
+
+    Each device decodes its contiguous share of the batch rows (B must be a multiple of
+    the device count) with replicated parameters, on its own: its own early exit, no
+    collectives, results identical to one device's up to float rounding (the compiled
+    products may differ; each row samples with its own key of ``rng``, so sampling
+    gives what one device gives, too). ``num_steps`` is the largest over the devices.
+    """
+    def local(p, o, x, v, r, a, t):
+        out = decode_batch(p, o, x, v, r, a, t, model_cfg=model_cfg, spec=spec)
+        return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
+
+    rows = P(AXIS)
+    keys_B = search.row_keys(rng, inputs_BS.shape[0])
+    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, rows, P(), P()),
+                        out_specs=search.DecodeResult(rows, rows, rows, rows, rows),
+                        check_vma=False)(params, output_DV, inputs_BS, valid_B, keys_B,
+                                         jnp.float32(alpha), jnp.float32(temperature))
+    return out._replace(num_steps=out.num_steps.max())

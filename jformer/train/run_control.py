@@ -1,0 +1,143 @@
+"""How a training run starts, stops and guards its workdir.
+
+- :func:`maybe_initialize_distributed`: join a multi-process run (``jax.distributed``);
+- :func:`workdir_lock`: one training process per workdir (an flock);
+- :class:`StopRequest`: Ctrl-C ends the run after the running step, with a checkpoint;
+- :class:`Budget`: ``train.max_minutes`` of wall-clock time;
+- :func:`check_finite`: a non-finite loss stops the run, naming the last good checkpoint.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Iterator, Mapping
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: no workdir lock there
+    fcntl = None
+
+import jax
+import numpy as np
+
+from jformer import config as config_lib
+from jformer.checkpoint import Checkpointer
+from jformer.files import LOCK_FILENAME
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a non-finite loss or gradient; the state was not updated."""
+
+def maybe_initialize_distributed(cfg: config_lib.TrainConfig | Mapping[str, Any]) -> None:
+    """Joins a multi-process run when ``train.coordinator_address`` is set.
+
+    cfg: the train section, validated here if raw (a ConfigDict or dict), so that
+    train.num_processes > 1 without an address is a ConfigError, not a silent single run.
+    """
+    if not isinstance(cfg, config_lib.TrainConfig):
+        raw = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        cfg = config_lib.from_config_dict({"train": raw}).train
+    config_lib.check_coordinator(cfg)
+    if not cfg.coordinator_address:
+        return
+    # Cross-process collectives on CPU devices (tests, CPU clusters) go through gloo;
+    # the setting only concerns the CPU backend.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(cfg.coordinator_address, num_processes=cfg.num_processes,
+                               process_id=cfg.process_id)
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str) -> Iterator[None]:
+    """Holds ``<workdir>/.train.lock`` (an exclusive flock, process 0) for one run.
+
+    A second training process on the same workdir would delete the first's unfinished
+    checkpoint saves and write the same steps; it stops instead, naming the lock. The
+    kernel drops the lock when its process ends, however it ends (SIGKILL included), so
+    a crashed run never blocks its own resume.
+    """
+    if fcntl is None or jax.process_index() != 0:
+        yield
+        return
+    path = os.path.join(workdir, LOCK_FILENAME)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{workdir} is in use by another training process (it holds "
+                             f"{path}); wait for it to end, or train in another "
+                             "workdir") from None
+        yield
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C ended training after a step, with a checkpoint of that step."""
+
+class StopRequest:
+    """Ctrl-C (SIGINT) as a request: the step loop ends after the running step with a
+    checkpoint, as when the time budget is spent, then raises TrainingInterrupted; a
+    second Ctrl-C interrupts at once.
+
+    A flag, not Python's KeyboardInterrupt, which can land in a callback that swallows it
+    (one did in jax's garbage-collection callback, and training went on). Only in a
+    single-process run and on the main thread: elsewhere SIGINT keeps its handler (one
+    process stopping alone would leave the others waiting in a collective).
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> StopRequest:
+        if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: stopping after this step, with a checkpoint (Ctrl-C again to stop "
+              "at once)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc_info) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+class Budget:
+    """Whether ``train.max_minutes`` of wall-clock time have passed.
+
+    One process reads its clock every step; several processes agree (process 0's
+    clock, broadcast) every ``check_every`` steps so that all stop at the same step.
+    """
+
+    def __init__(self, start_time: float, max_minutes: float, check_every: int):
+        self.seconds = max_minutes * 60.0 if max_minutes > 0 else None
+        self.deadline = None if self.seconds is None else start_time + self.seconds
+        self.check_every = check_every
+
+    def spent(self, step: int) -> bool:
+        if self.deadline is None:
+            return False
+        if jax.process_count() == 1:
+            return time.monotonic() >= self.deadline
+        if step % self.check_every:
+            return False
+        from jax.experimental import multihost_utils
+
+        over = np.asarray(time.monotonic() >= self.deadline, dtype=np.int32)
+        return bool(multihost_utils.broadcast_one_to_all(over))
+
+def check_finite(summed: Mapping[str, float], step: int, ckpt: Checkpointer) -> None:
+    """Stops the run when a step since the last check had a non-finite loss or gradient."""
+    if summed.get("nonfinite", 0.0) > 0:
+        ckpt.wait()
+        last = ckpt.latest_step()
+        where = (f"the last good checkpoint is step {last} in {ckpt.directory}"
+                 if last is not None else "no checkpoint was written yet")
+        raise NonFiniteLossError(
+            f"non-finite loss or gradient in {int(summed['nonfinite'])} step(s) up to step "
+            f"{step}; parameters were not updated by those steps and training stopped; {where}. "
+            "Lower train.learning_rate_scale, set train.grad_clip_norm, or check the data.")
