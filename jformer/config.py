@@ -15,6 +15,19 @@ POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
 NORM_KINDS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu")
 DTYPES = ("float32", "bfloat16")
+KERNELS = ("auto", "plain", "cpu")
+
+
+def resolve_kernels(kernels: str, platform: str | None = None) -> str:
+    """``model.kernels`` for a platform: "auto" is "cpu" on the CPU backend and "plain"
+    elsewhere; platform None is the default backend (``jax.default_backend()``)."""
+    if kernels != "auto":
+        return kernels
+    if platform is None:
+        import jax  # the one place config needs it, to read the default backend
+
+        platform = jax.default_backend()
+    return "cpu" if platform == "cpu" else "plain"
 
 
 class ConfigError(ValueError):
@@ -83,6 +96,7 @@ class ModelConfig:
     tie_output: bool = True  # output projection = target embedding^T (paper 3.4)
     layer_norm_epsilon: float = 1e-6
     dtype: str = "float32"  # compute dtype; parameters stay float32
+    kernels: str = "auto"  # plain: stock JAX/Flax ops | cpu: jformer.kernels | auto: by platform
     pad_id: int = 0  # from the tokenizer
     bos_id: int = 2  # decoder start token, from the tokenizer
     eos_id: int = 3  # from the tokenizer
@@ -100,6 +114,7 @@ class ModelConfig:
         _check_choice(s, "norm", self.norm, NORM_KINDS)
         _check_choice(s, "activation", self.activation, ACTIVATIONS)
         _check_choice(s, "dtype", self.dtype, DTYPES)
+        _check_choice(s, "kernels", self.kernels, KERNELS)
         _check_number(s, "layer_norm_epsilon", self.layer_norm_epsilon, 0, strict=True)
         if self.positional != "learned":
             _check(self.d_model % 2 == 0, f"{s}.d_model", "even for sinusoidal positions",
@@ -112,6 +127,17 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def cpu_kernels(self) -> bool:
+        """Whether the model runs jformer.kernels (``kernels`` resolved for the default
+        backend when "auto")."""
+        return resolve_kernels(self.kernels) == "cpu"
+
+    def for_platform(self, platform: str) -> "ModelConfig":
+        """This config with ``kernels`` resolved for ``platform`` ("cpu", "cuda", "tpu"):
+        what a program lowered for that platform runs (``jax.export``)."""
+        return dataclasses.replace(self, kernels=resolve_kernels(self.kernels, platform))
 
 
 @dataclasses.dataclass(frozen=True)
