@@ -40,6 +40,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
+from jformer.inference import padded_rows
 from jformer.search import row_keys
 from jformer.serve.metrics import Metrics
 
@@ -184,12 +185,15 @@ class Batcher:
 
     Set ``translator`` (a :class:`jformer.inference.Translator`) before the first
     :meth:`submit`; it may be loaded on the decoder thread itself through :meth:`call`.
+    ``max_batch`` is the Translator's ``batch_size`` for these batches (a multiple of
+    ``devices``).
     """
 
     def __init__(self, *, max_batch: int, max_batch_tokens: int, max_wait_s: float,
-                 max_queue: int, metrics: Metrics | None = None,
+                 max_queue: int, devices: int = 1, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.translator = None
+        self.devices = devices  # the Translator's; batches pad to multiples of it
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self.max_wait_s, self.max_queue = max_wait_s, max_queue
         self.metrics = metrics or Metrics()
@@ -325,14 +329,21 @@ class Batcher:
         """One decoder batch; every job in it gets its results or the error."""
         settings, _ = key
         start = self._clock()
+        # Pad the sentence list to the rows the Translator pads the batch to anyway (the
+        # last sentence again; its copies' results are dropped): decoding costs the
+        # same, and translate() only ever sees the few row counts warm-up compiled, not
+        # each count from 1 to max_batch (its per-call key ops compile per count).
+        rows = padded_rows(len(units), self.max_batch, self.devices)
+        padded = units + [units[-1]] * (rows - len(units))
         try:
             rng = None
             if settings.method == "sample":
                 rng = jax.random.wrap_key_data(
-                    np.stack([u.job.key_data(u.index) for u in units]))
+                    np.stack([u.job.key_data(u.index) for u in padded]))
             hyps = self.translator.translate(
-                [u.job.sentences[u.index] for u in units], return_scores=True,
+                [u.job.sentences[u.index] for u in padded], return_scores=True,
                 batch_size=self.max_batch, rng=rng, **settings.translate_kwargs())
+            hyps = hyps[:len(units)]
         except Exception as e:  # answer every request of the batch, and go on
             logger.exception("a decoder batch of %d sentences failed", len(units))
             self.metrics.batch_failures.inc()

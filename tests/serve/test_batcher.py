@@ -270,3 +270,15 @@ def test_sentences_of_two_buckets_form_two_batches(translator):
                                                    GREEDY, loop)])
     assert sorted(c[0] for c in recording.calls) == [[LONG], [SENTENCES[0]]]
     assert texts(result) == translator.translate([SENTENCES[0], LONG], method="greedy")
+
+
+def test_batches_reach_the_translator_padded_to_their_compiled_row_count():
+    upper = Upper()
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.05, max_queue=64)
+    batcher.translator = upper
+    results = run(batcher, lambda loop: [fake_job(["a", "b"], loop), fake_job(["c"], loop)])
+    # Three sentences decode on 4 rows either way: the last one fills the fourth, so
+    # translate() only sees the row counts warm-up compiled.
+    assert upper.calls == [["a", "b", "c", "c"]]
+    assert [texts(r) for r in results] == [["A", "B"], ["C"]]
+    assert batcher.metrics.registry.get_sample_value("jformer_sentences_total") == 3
