@@ -33,7 +33,7 @@ def _modules():
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jformer", description="Transformer translation "
-                                     "in JAX: translate, evaluate, inspect, average.")
+                                     "in JAX: translate, evaluate, inspect, average, serve.")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _modules():
         p = sub.add_parser(module.NAME, help=module.HELP)

@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> None:
     try:
         import fastapi, prometheus_client, uvicorn  # noqa: E401, F401
     except ImportError as e:
-        raise ValueError(f"jformer serve needs the serve extra: pip install -e '.[serve]' "
-                         f"(missing: {e.name})") from None
+        raise ValueError(f"needs the serve extra: pip install -e '.[serve]' (missing: "
+                         f"{e.name})") from None
     import logging
     import warnings
 

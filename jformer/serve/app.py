@@ -154,7 +154,7 @@ def create_app(load: Loader | Translator, limits: ServeLimits | None = None, *,
     errors.install_handlers(app)
     app.add_middleware(_MetricsMiddleware, metrics=state.metrics)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    _add_routes(app, state)
+    _add_routes(app)
     return app
 
 
@@ -163,83 +163,99 @@ def _body(model) -> dict:
         "application/json": {"schema": model.model_json_schema()}}}}
 
 
-def _add_routes(app: FastAPI, state: ServerState) -> None:
-    limits = state.limits
+def _add_routes(app: FastAPI) -> None:
+    app.add_api_route("/", page, include_in_schema=False)
+    app.add_api_route("/v1/health", health, summary="Liveness")
+    app.add_api_route("/v1/ready", ready, summary="Readiness",
+                      responses={503: {"model": ErrorResponse}})
+    app.add_api_route("/v1/model", model, summary="The model served")
+    app.add_api_route("/metrics", metrics, summary="Prometheus metrics")
+    app.add_api_route("/v1/translate", translate, methods=["POST"], summary="Translate texts",
+                      response_model=TranslateResponse, responses=_ERRORS,
+                      openapi_extra=_body(TranslateRequest))
+    app.add_api_route("/v1/attention", attention, methods=["POST"],
+                      summary="Cross-attention of one line", response_model=AttentionResponse,
+                      responses=_ERRORS, openapi_extra=_body(AttentionRequest))
 
-    @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
-        return FileResponse(os.path.join(STATIC_DIR, "index.html"))
 
-    @app.get("/v1/health", summary="Liveness")
-    async def health() -> dict:
-        if not state.batcher.alive() and state.phase not in ("draining",):
-            raise ApiError(500, "the decoder thread has stopped", reason="dead")
-        return {"status": "ok", "phase": state.phase}
+def _state(request: Request) -> ServerState:
+    return request.app.state.jformer
 
-    @app.get("/v1/ready", summary="Readiness", responses={503: {"model": ErrorResponse}})
-    async def ready() -> dict:
-        if state.phase != "ready":
-            raise state.not_ready()
-        return {"status": "ready"}
 
-    @app.get("/v1/model", summary="The model served")
-    async def model() -> dict:
-        state.require_ready()
-        return state.info
+async def page() -> FileResponse:
+    return FileResponse(os.path.join(STATIC_DIR, "index.html"))
 
-    @app.get("/metrics", summary="Prometheus metrics")
-    async def metrics() -> Response:
-        state.metrics.queue_depth.set(state.batcher.queued)
-        body, content_type = state.metrics.exposition()
-        return Response(body, media_type=content_type)
 
-    @app.post("/v1/translate", summary="Translate texts", response_model=TranslateResponse,
-              responses=_ERRORS, openapi_extra=_body(TranslateRequest))
-    async def translate(request: Request) -> JSONResponse:
-        arrived = time.monotonic()
-        translator = state.require_ready()
-        req = errors.parse(TranslateRequest,
-                           await errors.read_json(request, limits.max_body_bytes))
-        settings, seed = translation.resolve_settings(req, translator, limits)
-        texts = [req.q] if isinstance(req.q, str) else req.q
-        plan = translation.plan(texts, translator, limits, single=isinstance(req.q, str))
-        results: list = []
-        if plan.sentences:
-            job = Job(plan.sentences, plan.lengths, plan.buckets, settings,
-                      asyncio.get_running_loop(), seed=seed,
-                      positions=plan.positions if seed is not None else None)
-            results = await _run(state, job, arrived)
-        body: dict[str, Any] = {"translations": translation.assemble(
-            plan, results, settings.n_best, req.scores)}
-        if seed is not None:
-            body["seed"] = seed
-        return JSONResponse(body)
+async def health(request: Request) -> dict:
+    state = _state(request)
+    if not state.batcher.alive() and state.phase != "draining":
+        raise ApiError(500, "the decoder thread has stopped", reason="dead")
+    return {"status": "ok", "phase": state.phase}
 
-    @app.post("/v1/attention", summary="Cross-attention of one line",
-              response_model=AttentionResponse, responses=_ERRORS,
-              openapi_extra=_body(AttentionRequest))
-    async def attention(request: Request) -> JSONResponse:
-        translator = state.require_ready()
-        req = errors.parse(AttentionRequest,
-                           await errors.read_json(request, limits.max_body_bytes))
-        try:
-            check_text(req.q, "q", limits.max_chars)
-        except TextError as e:
-            raise ApiError(e.status, str(e), field="q") from None
-        if LINE_BREAK.search(req.q) or not req.q.strip():
-            raise ApiError(422, "q: one non-empty line of text", field="q")
-        try:
-            future = state.batcher.call(lambda: _attention(translator, req.q))
-        except Stopped:
-            raise state.not_ready() from None
-        try:
-            body = await asyncio.wait_for(asyncio.wrap_future(future), limits.timeout_s)
-        except asyncio.TimeoutError:
-            raise ApiError(504, f"no answer within {limits.timeout_s:g} s (--timeout-s)",
-                           reason="timeout") from None
-        except ValueError as e:  # e.g. the tokenizer keeps nothing of q
-            raise ApiError(422, f"q: {e}", field="q") from None
-        return JSONResponse(body)
+
+async def ready(request: Request) -> dict:
+    state = _state(request)
+    if state.phase != "ready":
+        raise state.not_ready()
+    return {"status": "ready"}
+
+
+async def model(request: Request) -> dict:
+    state = _state(request)
+    state.require_ready()
+    return state.info
+
+
+async def metrics(request: Request) -> Response:
+    state = _state(request)
+    state.metrics.queue_depth.set(state.batcher.queued)
+    body, content_type = state.metrics.exposition()
+    return Response(body, media_type=content_type)
+
+
+async def translate(request: Request) -> JSONResponse:
+    arrived = time.monotonic()
+    state = _state(request)
+    translator, limits = state.require_ready(), state.limits
+    req = errors.parse(TranslateRequest, await errors.read_json(request, limits.max_body_bytes))
+    settings, seed = translation.resolve_settings(req, translator, limits)
+    texts = [req.q] if isinstance(req.q, str) else req.q
+    plan = translation.plan(texts, translator, limits, single=isinstance(req.q, str))
+    results: list = []
+    if plan.sentences:
+        job = Job(plan.sentences, plan.lengths, plan.buckets, settings,
+                  asyncio.get_running_loop(), seed=seed,
+                  positions=plan.positions if seed is not None else None)
+        results = await _run(state, job, arrived)
+    body: dict[str, Any] = {"translations": translation.assemble(
+        plan, results, settings.n_best, req.scores)}
+    if seed is not None:
+        body["seed"] = seed
+    return JSONResponse(body)
+
+
+async def attention(request: Request) -> JSONResponse:
+    state = _state(request)
+    translator, limits = state.require_ready(), state.limits
+    req = errors.parse(AttentionRequest, await errors.read_json(request, limits.max_body_bytes))
+    try:
+        check_text(req.q, "q", limits.max_chars)
+    except TextError as e:
+        raise ApiError(e.status, str(e), field="q") from None
+    if LINE_BREAK.search(req.q) or not req.q.strip():
+        raise ApiError(422, "q: one non-empty line of text", field="q")
+    try:
+        future = state.batcher.call(lambda: _attention(translator, req.q))
+    except Stopped:
+        raise state.not_ready() from None
+    try:
+        body = await asyncio.wait_for(asyncio.wrap_future(future), limits.timeout_s)
+    except asyncio.TimeoutError:
+        raise ApiError(504, f"no answer within {limits.timeout_s:g} s (--timeout-s)",
+                       reason="timeout") from None
+    except ValueError as e:  # e.g. the tokenizer keeps nothing of q
+        raise ApiError(422, f"q: {e}", field="q") from None
+    return JSONResponse(body)
 
 
 async def _run(state: ServerState, job: Job, arrived: float) -> list:
@@ -275,8 +291,8 @@ def _attention(translator: Translator, line: str) -> dict:
 
     weights, labels = attention_weights(translator, line)
     layers = translator.model_cfg.num_decoder_layers
-    cross = [np.round(weights[("decoder", i, "cross_attention")].astype(np.float64), 5).tolist()
-             for i in range(layers)]
+    cross = [np.round(weights[("decoder", i, "cross_attention")].astype(np.float64),
+                      5).tolist() for i in range(layers)]
     (text,) = translator.translate([line], method="greedy")
     return {"source": labels["source"], "target": labels["output"], "translation": text,
             "cross_attention": cross}

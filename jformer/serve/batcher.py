@@ -326,8 +326,31 @@ class Batcher:
         return batch
 
     def _decode(self, key: GroupKey, units: list[_Unit]) -> None:
-        """One decoder batch; every job in it gets its results or the error."""
-        settings, _ = key
+        """One decoder batch; every job in it gets its results or the error, and the
+        thread goes on whatever happened."""
+        try:
+            hyps, seconds, start = self._translate(key[0], units)
+            if len(hyps) != len(units):
+                raise RuntimeError(f"translate() gave {len(hyps)} results for "
+                                   f"{len(units)} sentences")
+            if seconds > 0:
+                rate = len(units) / seconds
+                self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
+            self.metrics.observe_batch(
+                len(units), sum(u.job.lengths[u.index] for u in units),
+                sum(len(h[0].ids) for h in hyps), seconds,
+                [start - u.job.enqueued for u in units])
+            for unit, h in zip(units, hyps):
+                unit.job._deliver(unit.index, h)
+        except Exception as e:  # answer every request of the batch, and go on
+            logger.exception("a decoder batch of %d sentences failed", len(units))
+            self.metrics.batch_failures.inc()
+            for job in {id(u.job): u.job for u in units}.values():
+                job._fail(e)
+
+    def _translate(self, settings: SearchSettings, units: list[_Unit]
+                   ) -> tuple[list[list], float, float]:
+        """(n_best hypotheses per unit, decode seconds, start time)."""
         start = self._clock()
         # Pad the sentence list to the rows the Translator pads the batch to anyway (the
         # last sentence again; its copies' results are dropped): decoding costs the
@@ -335,29 +358,12 @@ class Batcher:
         # each count from 1 to max_batch (its per-call key ops compile per count).
         rows = padded_rows(len(units), self.max_batch, self.devices)
         padded = units + [units[-1]] * (rows - len(units))
-        try:
-            rng = None
-            if settings.method == "sample":
-                rng = jax.random.wrap_key_data(
-                    np.stack([u.job.key_data(u.index) for u in padded]))
-            hyps = self.translator.translate(
-                [u.job.sentences[u.index] for u in padded], return_scores=True,
-                batch_size=self.max_batch, rng=rng, **settings.translate_kwargs())
-            hyps = hyps[:len(units)]
-        except Exception as e:  # answer every request of the batch, and go on
-            logger.exception("a decoder batch of %d sentences failed", len(units))
-            self.metrics.batch_failures.inc()
-            for job in {id(u.job): u.job for u in units}.values():
-                job._fail(e)
-            return
-        seconds = self._clock() - start
-        if seconds > 0:
-            rate = len(units) / seconds
-            self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
-        hyps = [h if isinstance(h, list) else [h] for h in hyps]
-        self.metrics.observe_batch(
-            len(units), sum(u.job.lengths[u.index] for u in units),
-            sum(len(h[0].ids) for h in hyps), seconds,
-            [start - u.job.enqueued for u in units])
-        for unit, h in zip(units, hyps):
-            unit.job._deliver(unit.index, h)
+        rng = None
+        if settings.method == "sample":
+            rng = jax.random.wrap_key_data(
+                np.stack([u.job.key_data(u.index) for u in padded]))
+        hyps = self.translator.translate(
+            [u.job.sentences[u.index] for u in padded], return_scores=True,
+            batch_size=self.max_batch, rng=rng, **settings.translate_kwargs())
+        hyps = [h if isinstance(h, list) else [h] for h in hyps[:len(units)]]
+        return hyps, self._clock() - start, start

@@ -15,8 +15,13 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("httpx", reason="the TestClient needs httpx (test extra)")
 
+import warnings  # noqa: E402
+
 import jax  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
+
+with warnings.catch_warnings():  # starlette >= 1.10 would rather have httpx2
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient  # noqa: E402
 
 from jformer.serve import ServeLimits, create_app  # noqa: E402
 from jformer.serve.loading import describe, warm_up  # noqa: E402
@@ -239,6 +244,7 @@ def test_after_every_kind_of_bad_input_the_server_still_translates(client, trans
         "translations": translator.translate(SENTENCES[:1])}
 
 
+@pytest.mark.filterwarnings("ignore::jformer.inference.OverlongWarning")  # the server's
 def test_odd_texts_are_translated_cleanly(client, translator):
     word = "Donaudampfschifffahrtsgesellschaftskapitänsmütze" * 5  # > 64 tokens: truncated
     odd = ["", "   ", "\t", "\u200b", word, "emoji \U0001F600 and ümlauts", "I see\ta dog."]
@@ -247,6 +253,8 @@ def test_odd_texts_are_translated_cleanly(client, translator):
     with pytest.warns(UserWarning, match="truncated"):  # what the Translator does with it
         want = translator.translate(odd[4:], method="greedy")
     assert got[4:] == want
+    assert post(client, {"q": SENTENCES[2]}).json() == {
+        "translations": translator.translate(SENTENCES[2:3])}
 
 
 def test_overlong_lines_are_refused_when_decode_overlong_is_error(translator):

@@ -65,14 +65,14 @@ def fake_job(sentences, loop, setting=GREEDY, bucket=16):
     return Job(sentences, [3] * len(sentences), [bucket] * len(sentences), setting, loop)
 
 
-def run(batcher, make_jobs, start=True):
-    """Submits the jobs make_jobs(loop) gives, at once; their results or exceptions."""
+def run(batcher, make_jobs):
+    """Submits the jobs make_jobs(loop) gives, at once, then starts the batcher; their
+    results or exceptions."""
     async def main():
         jobs = make_jobs(asyncio.get_running_loop())
         for job in jobs:
             batcher.submit(job)
-        if start:
-            batcher.start()
+        batcher.start()
         return await asyncio.wait_for(
             asyncio.gather(*(j.future for j in jobs), return_exceptions=True), 120)
     try:
@@ -282,3 +282,30 @@ def test_batches_reach_the_translator_padded_to_their_compiled_row_count():
     assert upper.calls == [["a", "b", "c", "c"]]
     assert [texts(r) for r in results] == [["A", "B"], ["C"]]
     assert batcher.metrics.registry.get_sample_value("jformer_sentences_total") == 3
+
+
+def test_a_malformed_result_fails_its_batch_not_the_decoder_thread():
+    class Short(Upper):
+        def translate(self, sentences, **kwargs):
+            return super().translate(sentences, **kwargs)[:-1]
+
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.0, max_queue=64)
+    batcher.translator = Short()
+    (error,) = _run_and_check_alive(batcher)
+    assert isinstance(error, RuntimeError) and "gave 0 results for 1 sentences" in str(error)
+
+
+def _run_and_check_alive(batcher):
+    async def main():
+        job = fake_job(["x"], asyncio.get_running_loop())
+        batcher.submit(job)
+        batcher.start()
+        results = await asyncio.gather(job.future, return_exceptions=True)
+        assert batcher.alive() and batcher.call(lambda: "still here").result(30) == \
+            "still here"
+        return results
+
+    try:
+        return asyncio.run(main())
+    finally:
+        batcher.stop(10)

@@ -116,6 +116,7 @@ def test_sigterm_drains_the_requests_in_flight_then_exits_0(tmp_path):
     assert "draining: " in log and "Shutting down" in log
 
 
+@pytest.mark.slow  # a second server process (~6 s of CPU); the in-process twin is fast
 def test_a_model_that_fails_to_load_stops_the_server_with_status_1(tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(WORKDIR, workdir, ignore=shutil.ignore_patterns("checkpoints"))
