@@ -92,7 +92,9 @@ def plan(texts: list[str], translator: Translator, limits: ServeLimits,
             if line.strip():
                 candidates.append((t, n, line, position))
             position += 1
-    encoded = translator.tokenizer.encode([c[2] for c in candidates], add_eos=True)
+    # One thread: a request's few lines on the event loop, not a pool racing the decoder.
+    encoded = translator.tokenizer.encode([c[2] for c in candidates], add_eos=True,
+                                          num_threads=1)
     max_len = translator.model_cfg.max_len
     for (t, n, line, position), ids in zip(candidates, encoded):
         length = len(ids)
