@@ -117,12 +117,12 @@ def activation_bytes_per_token(model_cfg: ModelConfig, src_len: int, tgt_len: in
 
     Per layer (d = d_model, f = d_ff, h = heads, words of the compute dtype, masks of
     one byte when dropout is on), for a self-attention sublayer over n positions: its
-    input and the LayerNorm's (2d), Q, K, V (3d), the softmax output (h * n) and the
-    context (d); an FFN sublayer: its input and the LayerNorm's (2d), the ReLU output
+    input and the LayerNorm's (2d), Q, K, V (3d), the context (d), and the softmax
+    output (h * n, float32 whatever the compute dtype: the softmax runs in float32); an FFN sublayer: its input and the LayerNorm's (2d), the ReLU output
     (f); masks: the sublayer outputs' dropout (d each), the ReLU's sign (f), attention
     and ReLU dropout (h * n, f) when those rates are set. A decoder layer adds
-    cross-attention: LayerNorm and query inputs, Q, context (4d) and the softmax over the
-    source (h * S) per target token, and the source keys and values (2d per source token
+    cross-attention: LayerNorm and query inputs, Q, context (4d) and the float32 softmax
+    over the source (h * S) per target token, and the source keys and values (2d per source token
     and decoder layer). Once per token: the embedding dropout mask (d), the encoder
     output (d per source token, read by every cross-attention), the final decoder state
     and its loss gradient (d words + 4d bytes per target token; the loss projects in
@@ -138,10 +138,10 @@ def activation_bytes_per_token(model_cfg: ModelConfig, src_len: int, tgt_len: in
     d, f, h = cfg.d_model, cfg.d_ff, cfg.num_heads
 
     def attention(n: int) -> float:  # a self-attention sublayer, per query token
-        return (6 * d + h * n) * w + (m * d + ma * h * n)
+        return 6 * d * w + 4 * h * n + (m * d + ma * h * n)
 
     ffn = (2 * d + f) * w + (f + m * d + mr * f)
-    cross = (4 * d + h * src_len) * w + (m * d + ma * h * src_len)
+    cross = 4 * d * w + 4 * h * src_len + (m * d + ma * h * src_len)
     source = (cfg.num_encoder_layers * (attention(src_len) + ffn)
               + cfg.num_decoder_layers * 2 * d * w + d * w + m * d)
     target = (cfg.num_decoder_layers * (attention(tgt_len) + cross + ffn)
