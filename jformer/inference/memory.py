@@ -113,21 +113,23 @@ class TokenBytes(NamedTuple):
 
 def activation_bytes_per_token(model_cfg: ModelConfig, src_len: int, tgt_len: int,
                                dtype=None, dropout: bool = True) -> TokenBytes:
-    """The tensors the backward pass needs, per token, without recomputation.
+    """The tensors the backward pass needs, per token, without recomputation (a floor:
+    JAX's autodiff keeps 1.4-2.8x this, see docs/memory.md).
 
-    Per layer (d = d_model, f = d_ff, h = heads, words of the compute dtype, masks of
-    one byte when dropout is on), for a self-attention sublayer over n positions: its
-    input and the LayerNorm's (2d), Q, K, V (3d), the context (d), and the softmax
-    output (h * n, float32 whatever the compute dtype: the softmax runs in float32); an FFN sublayer: its input and the LayerNorm's (2d), the ReLU output
-    (f); masks: the sublayer outputs' dropout (d each), the ReLU's sign (f), attention
-    and ReLU dropout (h * n, f) when those rates are set. A decoder layer adds
-    cross-attention: LayerNorm and query inputs, Q, context (4d) and the float32 softmax
-    over the source (h * S) per target token, and the source keys and values (2d per source token
-    and decoder layer). Once per token: the embedding dropout mask (d), the encoder
-    output (d per source token, read by every cross-attention), the final decoder state
-    and its loss gradient (d words + 4d bytes per target token; the loss projects in
-    chunks and keeps no logits). See docs/memory.md for the derivation and how it
-    compares with what JAX and XLA keep.
+    Per layer (d = d_model, f = d_ff, h = heads; words of the compute dtype; masks of
+    one byte when dropout is on). A self-attention sublayer over n positions: its input
+    and the LayerNorm's (2d), Q, K, V (3d), the context (d), the softmax output (h * n,
+    float32 whatever the compute dtype: the softmax runs in float32). An FFN sublayer:
+    its input and the LayerNorm's (2d), the ReLU output (f). Masks: each sublayer
+    output's dropout (d), the ReLU's sign (f), attention and ReLU dropout (h * n, f)
+    when those rates are set. A decoder layer adds cross-attention: LayerNorm and query
+    inputs, Q, context (4d) and the float32 softmax over the source (h * S) per target
+    token, and the source keys and values (2d per source token and decoder layer). Once
+    per token: the embedding dropout mask (d); the encoder output (d per source token,
+    read by every cross-attention); the final decoder state and its loss gradient (d
+    words + 4d bytes per target token: the loss projects in chunks, keeping no logits).
+
+    Returns bytes per source token and per target token at those lengths.
     """
     _check_sizes(src_len=src_len, tgt_len=tgt_len)
     cfg = model_cfg
