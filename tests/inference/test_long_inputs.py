@@ -201,3 +201,14 @@ def test_a_memory_limit_below_one_row_is_a_clear_error(setup):
                                          r"cannot hold the cache of one row: \d+ bytes"):
         tiny.translate(["Five."], beam_size=3)
     assert tiny.translate([""]) == [""]  # nothing to decode, nothing refused
+
+
+def test_attention_maps_of_an_overlong_sentence_show_its_truncated_source(translator):
+    from jformer.inference import OverlongWarning
+    from jformer.inference.attention_maps import attention_weights
+
+    with pytest.warns(OverlongWarning, match="truncated to 40"):
+        weights, labels = attention_weights(translator, " ".join(["We need one car."] * 9))
+    assert len(labels["source"]) == translator.model_cfg.max_len
+    assert weights[("encoder", 0, "self_attention")].shape[-1] == translator.model_cfg.max_len
+    assert translator.decode_cfg.overlong == "split"  # the caller's translator is unchanged
