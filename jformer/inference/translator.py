@@ -160,7 +160,8 @@ class Translator:
             seg = segment.split_to_fit(text, count_tokens, self.model_cfg.max_len,
                                        self.source_lang)
         except segment.SplitterMissing as e:
-            hint = f"decode.overlong='split' {e} (or set decode.overlong='truncate')"
+            hint = (f"decode.overlong='split': {e} (or set decode.overlong, jformer "
+                    f"translate --overlong, to 'truncate')")
             raise OverlongError(f"{msg}; {hint}", index, f"{detail}; {hint}") from e
         return [ids_of[p] if len(ids_of[p]) > 1 else None for p in seg.pieces], seg
 
