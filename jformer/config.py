@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any, Mapping
 
 POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
@@ -28,6 +29,9 @@ def resolve_kernels(kernels: str, platform: str | None = None) -> str:
 
         platform = jax.default_backend()
     return "cpu" if platform == "cpu" else "plain"
+OVERLONG_POLICIES = ("split", "truncate", "error")
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+               "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
 
 
 class ConfigError(ValueError):
@@ -47,6 +51,22 @@ def _is_number(value: Any) -> bool:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_bytes(value: int | str) -> int:
+    """A byte count: an int >= 0, or a string such as "2GB" (10^9), "512MiB" (2^20),
+    "1.5 GB" or "4096"; units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, any case."""
+    if _is_int(value):
+        if value < 0:
+            raise ValueError(f"expected a byte count >= 0; got {value}")
+        return value
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", value)
+        if match and match.group(2).lower() in _BYTE_UNITS:
+            return int(float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()])
+    raise ValueError(f"expected a byte count: an int >= 0 or a string like '2GB' or "
+                     f"'512MiB' (units {', '.join(u for u in _BYTE_UNITS if u)}); got "
+                     f"{value!r}")
 
 
 def _check_rate(section: str, name: str, value: float) -> None:
@@ -252,7 +272,13 @@ class DecodeConfig:
     top_k: int = 0  # for sampling; 0: full distribution
     batch_size: int = 64  # sentences per decode batch
     length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256)  # padded source lengths
-    overlong: str = "truncate"  # truncate | error, for sources over model.max_len
+    # Sources over model.max_len: split (at sentences, clauses, whitespace; translated
+    # whole, jformer.inference.segment) | truncate (with a warning) | error
+    overlong: str = "split"
+    # Most bytes one decode batch's KV cache may take on one device (an int, or a string
+    # such as "2GB" or "512MiB"; 0: no limit): batches are cut to fewer rows to fit it
+    # (jformer.inference.memory.cache_bytes).
+    memory_limit: int | str = 0
 
     def __post_init__(self) -> None:
         s = "decode"
@@ -266,7 +292,11 @@ class DecodeConfig:
         _check(isinstance(buckets, (tuple, list)) and len(buckets) > 0
                and all(_is_int(b) and b > 0 for b in buckets) and list(buckets) == sorted(buckets),
                f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
-        _check_choice(s, "overlong", self.overlong, ("truncate", "error"))
+        _check_choice(s, "overlong", self.overlong, OVERLONG_POLICIES)
+        try:
+            parse_bytes(self.memory_limit)
+        except ValueError as e:
+            raise ConfigError(f"config field '{s}.memory_limit': {e}") from None
         # Max output tokens of a source bucket: max(1, ceil(a * bucket + b)) (translate.
         # output_len). Sources shorter than the smallest bucket are padded to it, so the
         # rule must give that bucket a token: below, the max(1, ...) would silently cut
@@ -278,6 +308,11 @@ class DecodeConfig:
                f"ceil(decode.max_len_a * {shortest} + decode.max_len_b) >= 1, at least one "
                f"output token for the shortest source bucket (decode.length_buckets[0]="
                f"{shortest}, decode.max_len_a={self.max_len_a})", self.max_len_b)
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        """decode.memory_limit in bytes (0: no limit)."""
+        return parse_bytes(self.memory_limit)
 
 
 @dataclasses.dataclass(frozen=True)

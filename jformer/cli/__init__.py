@@ -6,6 +6,7 @@
     jformer average-checkpoints --workdir runs/demo --last 5 --out DIR
     jformer curves runs/a [label=runs/b ...] --out curves.png
     jformer serve --workdir runs/demo [--host 127.0.0.1] [--port 8000]   (HTTP API, page)
+    jformer memory --workdir runs/demo | --config configs/base.py [--batch --beam ...]
 
 Each subcommand is a module of this package with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args)``; :data:`SUBCOMMANDS` lists them. Modules
@@ -24,7 +25,8 @@ import sys
 from typing import Sequence
 
 EXIT_ERROR = 1
-SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves", "serve")
+SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves", "memory",
+               "serve")
 
 
 def _modules():
@@ -33,7 +35,8 @@ def _modules():
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jformer", description="Transformer translation "
-                                     "in JAX: translate, evaluate, inspect, average, serve.")
+                                     "in JAX: translate, evaluate, inspect, average, "
+                                     "size up memory, serve.")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _modules():
         p = sub.add_parser(module.NAME, help=module.HELP)
