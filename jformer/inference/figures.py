@@ -1,7 +1,8 @@
 """The figures of docs/transformer.md: positional encodings, masks, embeddings, attention.
 
 ``write_figures(out_dir, translator)`` writes them all (``jformer figures``). The numbers
-each figure draws come from a small function here that the tests check
+each figure draws come from small functions, here and in
+:mod:`jformer.inference.embedding_space`, that the tests check
 (tests/inference/test_figures.py); the ``plot_*`` functions only draw. Every figure is a
 ``matplotlib.figure.Figure`` on the Agg canvas (no pyplot, no global state), saved as a
 small PNG.
@@ -12,15 +13,17 @@ tokenizer and parameters.
 """
 from __future__ import annotations
 
+import functools
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from jformer.data import demo_corpus, demo_grammar
+from jformer.data import demo_corpus
 from jformer.data.packing import first_fit, packed_batch
 from jformer.data.ragged import RaggedArray
 from jformer.data.tokenizer import Tokenizer
+from jformer.inference.embedding_space import embedding_panels
 from jformer.model import masks
 from jformer.model.embeddings import sinusoid_table
 
@@ -29,46 +32,40 @@ DEFAULT_SENTENCE = "I see twenty-one red apples."
 PE_FIGURES = ("pe_matrix.png", "pe_slices.png", "pe_dot_products.png")
 MODEL_FIGURES = ("masks.png", "embeddings_pca.png", "attention_encoder_self.png",
                  "attention_decoder_self.png", "attention_cross.png")
-_g = demo_grammar
-# Words of the demo language by language and category, for the embedding figure.
-CATEGORIES: dict[str, dict[str, tuple[str, ...]]] = {
-    "English": {
-        "number": tuple(w for w in (*_g.EN_ONES, *_g.EN_TEENS, *_g.EN_TENS, "hundred",
-                                    "thousand") if w),
-        "month": tuple(m[0] for m in _g.MONTHS),
-        "weekday": tuple(d[0] for d in _g.WEEKDAYS),
-        "colour": tuple(c[0] for c in _g.ADJ_COLOUR),
-        "noun": tuple(n.en_sg for n in _g.NOUNS),
-    },
-    "German": {
-        "number": tuple(w for w in (*_g.DE_ONES, *_g.DE_TEENS, *_g.DE_TENS, "hundert",
-                                    "tausend") if w),
-        "month": tuple(m[1] for m in _g.MONTHS),
-        "weekday": tuple(d[1] for d in _g.WEEKDAYS),
-        "colour": tuple(c[1] for c in _g.ADJ_COLOUR),
-        "noun": tuple(n.de_sg for n in _g.NOUNS),
-    },
-}
 _COLOURS = {"number": "tab:red", "month": "tab:blue", "weekday": "tab:purple",
             "colour": "tab:green", "noun": "tab:grey"}
-MIN_WORDS = 4  # fewer one-piece words in a language: use every word, as a mean of pieces
 
 
 # ----------------------------------------------------------------------- the numbers
 def pe_dot_products(d_model: int, centres: Sequence[int], max_offset: int,
-                    sin_only: bool = False) -> np.ndarray:
-    """PE(p) . PE(p + k) for p in ``centres`` and k = -max_offset .. max_offset.
+                    sin_only: bool = False, projection: np.ndarray | None = None
+                    ) -> np.ndarray:
+    """PE(p)^T A PE(p + k) for p in ``centres`` and k = -max_offset .. max_offset.
 
-    Returns float64 [len(centres), 2 * max_offset + 1]. ``sin_only`` keeps only the
-    sine dimensions (the table without its cosines), for the sin-vs-sin+cos comparison.
+    A is ``projection`` [d, d] (a query-key product W_q^T W_k), or the identity: the
+    plain dot product. ``sin_only`` keeps only the sine dimensions (the table without its
+    cosines). Returns float64 [len(centres), 2 * max_offset + 1].
     """
     if min(centres) < max_offset:
         raise ValueError(f"every centre must be >= max_offset={max_offset}; got {centres}")
     table = sinusoid_table(max(centres) + max_offset + 1, d_model).astype(np.float64)
     if sin_only:
         table = table[:, 0::2]
+    a = np.eye(table.shape[1]) if projection is None else projection
     offsets = np.arange(-max_offset, max_offset + 1)
-    return np.stack([table[p + offsets] @ table[p] for p in centres])
+    return np.stack([table[p + offsets] @ (a.T @ table[p]) for p in centres])
+
+
+def rotation_commuting_projection(d_model: int, seed: int = 0) -> np.ndarray:
+    """A = blockdiag(a_i I + b_i J) [d, d], J = [[0, 1], [-1, 0]], a_i, b_i ~ N(0, 1): a
+    query-key product that commutes with the shift rotations, so PE(p)^T A PE(p+k)
+    depends on k alone, and through the b_i on its sign."""
+    rng = np.random.default_rng(seed)
+    a_i, b_i = rng.normal(size=(2, d_model // 2))
+    out = np.zeros((d_model, d_model))
+    for i in range(d_model // 2):
+        out[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[a_i[i], b_i[i]], [-b_i[i], a_i[i]]]
+    return out
 
 
 def packed_example(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], num_pairs: int = 3,
@@ -100,18 +97,17 @@ def packed_example(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], num_p
     decoder_in = np.where(batch["targets_position"] == 0, tokenizer.bos_id,
                           np.roll(targets, 1, axis=1))
     decoder_in = np.where(tgt_valid, decoder_in, tokenizer.pad_id)
-    first = lambda m: np.asarray(m)[0, 0]  # noqa: E731  [1, 1, q, k] -> [q, k]
     return {
         "batch": batch,
         "masks": {
-            "padding": first(masks.padding_mask(src_valid, src_valid)),
-            "encoder": first(masks.encoder_mask(inputs, tokenizer.pad_id,
-                                                batch["inputs_segmentation"])),
-            "decoder": first(masks.decoder_mask(targets, tokenizer.pad_id,
-                                                batch["targets_segmentation"])),
-            "cross": first(masks.cross_mask(targets, inputs, tokenizer.pad_id,
-                                            batch["targets_segmentation"],
-                                            batch["inputs_segmentation"])),
+            "padding": _row_0(masks.padding_mask(src_valid, src_valid)),
+            "encoder": _row_0(masks.encoder_mask(inputs, tokenizer.pad_id,
+                                                 batch["inputs_segmentation"])),
+            "decoder": _row_0(masks.decoder_mask(targets, tokenizer.pad_id,
+                                                 batch["targets_segmentation"])),
+            "cross": _row_0(masks.cross_mask(targets, inputs, tokenizer.pad_id,
+                                             batch["targets_segmentation"],
+                                             batch["inputs_segmentation"])),
         },
         "source_pieces": [tokenizer.id_to_piece(int(i)) for i in inputs[0]],
         "target_pieces": [tokenizer.id_to_piece(int(i)) for i in targets[0]],
@@ -119,69 +115,9 @@ def packed_example(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], num_p
     }
 
 
-def word_vectors(tokenizer: Tokenizer, embedding_VD: np.ndarray,
-                 categories: dict[str, Sequence[str]]) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
-    """Each category word as a vector of the embedding [vocab, d_model].
-
-    A word is encoded as a sentence of its own; its vector is the mean of its pieces'
-    rows (the lone word-boundary piece "▁" left out). A word listed twice keeps its
-    first category. Returns (words, their categories, float64 vectors [n, d_model],
-    pieces per word int [n]).
-    """
-    words = list(dict.fromkeys(w for ws in categories.values() for w in ws))
-    category = {}
-    for name, ws in categories.items():
-        for w in ws:
-            category.setdefault(w, name)
-    rows = tokenizer.encode_lists(words, add_eos=False)
-    keep = [[i for i in row if tokenizer.id_to_piece(i) != "▁"] for row in rows]
-    found = [k for k, ids in enumerate(keep) if ids]
-    vectors = np.stack([np.asarray(embedding_VD, np.float64)[keep[k]].mean(0) for k in found])
-    return ([words[k] for k in found], [category[words[k]] for k in found], vectors,
-            np.array([len(keep[k]) for k in found]))
-
-
-def neighbour_agreement(vectors_ND: np.ndarray, labels: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """{label: (words whose nearest other word, by cosine, has the same label, words)}."""
-    x = vectors_ND / np.linalg.norm(vectors_ND, axis=1, keepdims=True)
-    cosine = x @ x.T
-    np.fill_diagonal(cosine, -np.inf)
-    labels_N = np.asarray(labels)
-    same_N = labels_N[cosine.argmax(axis=1)] == labels_N
-    return {name: (int(same_N[labels_N == name].sum()), int((labels_N == name).sum()))
-            for name in dict.fromkeys(labels)}
-
-
-def embedding_panels(tokenizer: Tokenizer, embedding_VD: np.ndarray,
-                     categories: dict[str, dict[str, Sequence[str]]] = CATEGORIES
-                     ) -> dict[str, dict]:
-    """Per language: its category words, their 2-D PCA coordinates and neighbour agreement.
-
-    A language's words are those that are one piece of the vocabulary (their own
-    embedding row); with fewer than MIN_WORDS of them, all its words, each the mean of
-    its pieces (``one_piece`` False). PCA is fitted on each language's words alone.
-    """
-    panels = {}
-    for language, cats in categories.items():
-        words, labels, vectors, pieces = word_vectors(tokenizer, embedding_VD, cats)
-        one_piece = int((pieces == 1).sum()) >= MIN_WORDS
-        if one_piece:
-            keep = np.flatnonzero(pieces == 1)
-            words, labels, vectors = ([words[k] for k in keep], [labels[k] for k in keep],
-                                      vectors[keep])
-        coords, explained = pca_2d(vectors)
-        panels[language] = {"words": words, "labels": labels, "coords": coords,
-                            "explained": explained, "one_piece": one_piece,
-                            "agreement": neighbour_agreement(vectors, labels)}
-    return panels
-
-
-def pca_2d(x_ND: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of x projected on their two principal axes (numpy SVD of the centred
-    rows): (coordinates [n, 2], fraction of the variance each axis holds [2])."""
-    centred = x_ND - x_ND.mean(axis=0)
-    _, s, vt = np.linalg.svd(centred, full_matrices=False)
-    return centred @ vt[:2].T, s[:2] ** 2 / (s ** 2).sum()
+def _row_0(mask) -> np.ndarray:
+    """A mask [1, 1, queries, keys] as a numpy bool [queries, keys]."""
+    return np.asarray(mask)[0, 0]
 
 
 # ----------------------------------------------------------------------- drawing
@@ -223,16 +159,16 @@ def plot_pe_slices(d_model: int, max_len: int, path: str) -> str:
     """Left: PE(pos, j) along pos for one sin/cos pair and two other sines; right: the
     sines and cosines of a few positions along the pair index i."""
     table = sinusoid_table(max_len, d_model)
-    wavelength = lambda i: 2 * np.pi * 10000 ** (2 * i / d_model)  # noqa: E731
     fig = _figure(10, 3.6)
     left, right = fig.subplots(1, 2)
     quarter = d_model // 8  # a pair whose wavelength is a few dozen positions
     for j, style in ((0, "-"), (2 * quarter, "-"), (2 * quarter + 1, "--"),
                      (d_model // 2, "-")):
         i = j // 2
+        wavelength = 2 * np.pi * 10000 ** (2 * i / d_model)
         left.plot(table[:, j], style, lw=1.2,
                   label=f"j={j}: {'sin' if j % 2 == 0 else 'cos'}, i={i}, wavelength "
-                        f"{wavelength(i):.0f}")
+                        f"{wavelength:.0f}")
     left.set(xlabel="position", ylabel="PE(pos, j)",
              title="Along position: one column j per curve")
     left.set(ylim=(-2.0, 1.1), yticks=np.linspace(-1, 1, 5))  # legend below the curves
@@ -249,21 +185,27 @@ def plot_pe_slices(d_model: int, max_len: int, path: str) -> str:
 
 
 def plot_pe_dot_products(d_model: int, path: str, max_offset: int = 48) -> str:
-    """PE(p) . PE(p+k) against k for three p: sin+cos (left) and sines only (right)."""
+    """PE(p)^T A PE(p+k) against k for three p: the dot product (A = I) of sin+cos and of
+    sines only, and sin+cos through a rotation-commuting A."""
     centres = (max_offset, max_offset + 17, max_offset + 60)
     offsets = np.arange(-max_offset, max_offset + 1)
-    fig = _figure(10, 3.6)
-    axes = fig.subplots(1, 2, sharex=True)
-    for ax, sin_only in zip(axes, (False, True)):
-        dots = pe_dot_products(d_model, centres, max_offset, sin_only=sin_only)
+    fig = _figure(14, 3.8)
+    panels = (
+        ("sin and cos: the 3 curves coincide\n(k alone matters) and are even in k",
+         "PE(p) · PE(p+k)", {}),
+        ("sines only: the curve changes with p", "PE(p) · PE(p+k), sine dimensions",
+         {"sin_only": True}),
+        ("through A = blockdiag(a_i I + b_i J): the curves\ncoincide, but k and -k differ",
+         "PE(p)ᵀ A PE(p+k)", {"projection": rotation_commuting_projection(d_model)}))
+    for ax, (title, ylabel, kwargs) in zip(fig.subplots(1, 3, sharex=True), panels):
+        dots = pe_dot_products(d_model, centres, max_offset, **kwargs)
         for p, row, style in zip(centres, dots, ("-", "--", ":")):
             ax.plot(offsets, row, style, lw=1.5, label=f"p={p}")
         ax.axvline(0, color="k", lw=0.5)
-        ax.set(xlabel="offset k", ylabel="PE(p) · PE(p+k)")
+        ax.set(xlabel="offset k", ylabel=ylabel)
+        ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
-    axes[0].set_title("sin and cos: one curve for every p, even in k")
-    axes[1].set_title("sines only: the curve changes with p")
-    fig.suptitle(f"Dot products of positional encodings, d_model={d_model}")
+    fig.suptitle(f"Scores of positional encodings against the offset k, d_model={d_model}")
     return _save(fig, path)
 
 
@@ -275,8 +217,8 @@ def plot_masks(example: dict, path: str) -> str:
     src_seg, tgt_seg = batch["inputs_segmentation"][0], batch["targets_segmentation"][0]
     src, tgt, dec_in = (example[k] for k in ("source_pieces", "target_pieces",
                                               "decoder_input_pieces"))
-    panels = (("padding", "padding alone: real query × real key\n(lets the pairs see "
-               "each other)", src, src, src_seg, src_seg, "source"),
+    panels = (("padding", ("padding alone: real query × real key\n(lets the pairs see "
+                           "each other)"), src, src, src_seg, src_seg, "source"),
               ("encoder", "encoder self-attention:\npadding ∧ same pair", src, src,
                src_seg, src_seg, "source"),
               ("decoder", "decoder self-attention:\ncausal ∧ padding ∧ same pair", tgt,
@@ -311,10 +253,11 @@ def plot_embeddings(panels: dict[str, dict], path: str) -> str:
         for name in dict.fromkeys(panel["labels"]):
             m = labels == name
             ax.scatter(coords[m, 0], coords[m, 1], s=16, color=_COLOURS.get(name, "k"),
-                       label=name)
+                       label=name + (" (not labelled)" if name == "noun" else ""))
         for (x, y), w, name in zip(coords, panel["words"], labels):
-            ax.annotate(w, (x, y), fontsize=7, color=_COLOURS.get(name, "k"),
-                        xytext=(2, 2), textcoords="offset points")
+            if name != "noun":  # the nouns are the background: unlabelled, less clutter
+                ax.annotate(w, (x, y), fontsize=7, color=_COLOURS.get(name, "k"),
+                            xytext=(2, 2), textcoords="offset points")
         explained = panel["explained"]
         words_are = ("one-piece words" if panel["one_piece"]
                      else "all words, each the mean of its pieces")
@@ -364,7 +307,7 @@ def write_figures(out_dir: str, translator=None, *, d_model: int = 512, max_len:
     if d_model < 2 or d_model % 2 or max_len < 2:
         raise ValueError(f"d_model must be even and >= 2, max_len >= 2; got d_model="
                          f"{d_model}, max_len={max_len}")
-    out = lambda name: os.path.join(out_dir, name)  # noqa: E731
+    out = functools.partial(os.path.join, out_dir)
     paths = [plot_pe_matrix(d_model, max_len, out("pe_matrix.png")),
              plot_pe_slices(d_model, max_len, out("pe_slices.png")),
              plot_pe_dot_products(d_model, out("pe_dot_products.png"))]

@@ -8,7 +8,7 @@ import pytest
 
 from jformer.data.demo_corpus import generate
 from jformer.data.tokenizer import Tokenizer
-from jformer.inference import figures
+from jformer.inference import embedding_space, figures
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
 
@@ -57,7 +57,7 @@ def test_packed_example_is_a_real_packed_row_with_its_masks(tokenizer):
 def test_pca_2d_projects_on_the_top_two_eigenvectors_of_the_covariance():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 6)) * np.array([5.0, 0.1, 3.0, 0.1, 0.1, 0.1]) + 7.0
-    coords, explained = figures.pca_2d(x)
+    coords, explained = embedding_space.pca_2d(x)
     centred = x - x.mean(0)
     eigenvalues, eigenvectors = np.linalg.eigh(centred.T @ centred)  # ascending
     top = eigenvectors[:, ::-1][:, :2]
@@ -73,12 +73,12 @@ def test_neighbour_agreement_counts_same_category_nearest_words():
     vectors *= np.array([1, 3, 0.5, 2, 1, 7])[:, None]
     labels = ["a", "a", "a", "b", "b", "b"]
     # the last "b" (30 degrees) is nearer the "a" at 11 than any "b"
-    assert figures.neighbour_agreement(vectors, labels) == {"a": (3, 3), "b": (2, 3)}
+    assert embedding_space.neighbour_agreement(vectors, labels) == {"a": (3, 3), "b": (2, 3)}
 
 
 def test_word_vectors_are_means_of_pieces(tokenizer):
     embedding = np.arange(tokenizer.vocab_size * 4, dtype=np.float64).reshape(-1, 4)
-    words, labels, vectors, pieces = figures.word_vectors(
+    words, labels, vectors, pieces = embedding_space.word_vectors(
         tokenizer, embedding, {"number": ("seventy", "three"), "colour": ("red",)})
     assert words == ["seventy", "three", "red"] and labels == ["number", "number", "colour"]
     for word, vector, n in zip(words, vectors, pieces):
@@ -120,11 +120,23 @@ def test_trained_embeddings_put_number_words_next_to_number_words(tmp_path):
     random = np.random.default_rng(0).normal(size=trained.shape)
     found = {}
     for name, embedding in (("trained", trained), ("random", random)):
-        words, labels, vectors, pieces = figures.word_vectors(
-            tok, embedding, figures.CATEGORIES["German"])
+        _, labels, vectors, pieces = embedding_space.word_vectors(
+            tok, embedding, embedding_space.CATEGORIES["German"])
         keep = pieces == 1
-        found[name] = figures.neighbour_agreement(vectors[keep], np.asarray(labels)[keep])
+        found[name] = embedding_space.neighbour_agreement(vectors[keep],
+                                                          np.asarray(labels)[keep])
     agree, total = found["trained"]["number"]
     before, _ = found["random"]["number"]
     assert total >= 8, found
     assert agree >= 0.8 * total and before <= 0.4 * total, found
+
+
+def test_a_rotation_commuting_projection_gives_one_curve_that_is_not_even():
+    projection = figures.rotation_commuting_projection(64, seed=0)
+    scores = figures.pe_dot_products(64, (30, 47, 90), 30, projection=projection)
+    np.testing.assert_allclose(scores, scores[0][None].repeat(3, 0), atol=1e-4)
+    assert np.abs(scores - scores[:, ::-1]).max() > 1.0
+    # its symmetric part (the a_i) alone is even again
+    symmetric = (projection + projection.T) / 2
+    even = figures.pe_dot_products(64, (30, 47), 30, projection=symmetric)
+    np.testing.assert_allclose(even, even[:, ::-1], atol=1e-4)

@@ -68,7 +68,7 @@ def test_the_quadratic_term_overtakes_the_projections_at_n_equal_2d():
     ns = [8, 16, 32]
     flops = [encoder_flops(n, d, 2, d_ff) for n in ns]
     coefficients = np.linalg.solve(np.vander(ns, 3).astype(float), np.array(flops, float))
-    quadratic, linear, constant = (int(round(c)) for c in coefficients)
+    quadratic, linear, constant = (round(c) for c in coefficients)
     np.testing.assert_allclose(coefficients, [quadratic, linear, constant], atol=1e-6)
     assert (quadratic, linear, constant) == (4 * d, 8 * d * d + 4 * d * d_ff, 0)
     n = 2 * d

@@ -98,3 +98,22 @@ def test_masks_of_a_packed_row_are_block_diagonal_per_pair():
     # the padding mask alone would let every real slot of the row see every other one
     valid = b["inputs"] != 0
     assert np.asarray(masks.padding_mask(valid, valid))[0, 0, :9, :9].all()
+
+
+def test_a_query_with_nothing_to_attend_stays_finite():
+    """Padding queries see no key at all; NEG_INF is finite, so their softmax is uniform
+    instead of 0/0 = NaN, and nothing non-finite reaches any output."""
+    import jax
+    import jax.numpy as jnp
+
+    from jformer.config import ModelConfig
+    from jformer.model import Transformer
+
+    cfg = ModelConfig(vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
+                      num_decoder_layers=1, d_ff=32, max_len=8, dropout_rate=0.0)
+    model = Transformer(cfg)
+    inputs = jnp.array([[5, 6, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)  # row 1: all padding
+    targets = jnp.array([[7, 3, 0, 0], [0, 0, 0, 0]], jnp.int32)
+    variables = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, targets)
+    logits = jax.jit(model.apply)(variables, inputs, targets)
+    assert np.isfinite(np.asarray(logits)).all()

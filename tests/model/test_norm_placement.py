@@ -20,7 +20,7 @@ LAYERS = 6
 SEEDS = (0, 1, 2)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def decoder_layer_grad_norms(norm: str) -> np.ndarray:
     """|d loss / d params of decoder layer l| at initialisation, float [seeds, LAYERS]:
     one row per seed (its own parameters and random batch), one program per norm."""

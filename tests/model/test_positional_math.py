@@ -6,6 +6,7 @@ i = 0 .. d/2 - 1 (jformer.model.embeddings.sinusoid_table, the paper's layout).
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import linen as nn
 
 from jformer.config import ModelConfig
@@ -147,3 +148,17 @@ def test_the_model_adds_positions_to_scaled_embeddings():
     expected = embedding[np.asarray(inputs[0])] * np.sqrt(D) + sinusoid_table(5, D)
     assert got.shape == (1, 5, D)
     np.testing.assert_allclose(got[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_scaled_embeddings_and_positions_start_with_comparable_norms():
+    """At initialisation |embedding * sqrt(d)|^2 is about d (unit variance per component),
+    and |PE(pos)|^2 = d/2: neither term of the sum drowns the other."""
+    from jformer.model.embeddings import TokenEmbedding
+
+    d, vocab = 128, 2000
+    emb = TokenEmbedding(vocab_size=vocab, d_model=d)
+    tokens = jnp.arange(vocab)[None]
+    variables = jax.jit(emb.init)(jax.random.PRNGKey(0), tokens)
+    scaled = np.asarray(jax.jit(emb.apply)(variables, tokens))[0]
+    assert np.mean((scaled ** 2).sum(axis=1)) == pytest.approx(d, rel=0.02)
+    np.testing.assert_allclose((sinusoid_table(64, d) ** 2).sum(axis=1), d / 2, rtol=1e-5)
