@@ -14,6 +14,7 @@ tokenizer and parameters.
 from __future__ import annotations
 
 import functools
+import io
 import os
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ from jformer.data import demo_corpus
 from jformer.data.packing import first_fit, packed_batch
 from jformer.data.ragged import RaggedArray
 from jformer.data.tokenizer import Tokenizer
+from jformer.files import write_atomically
 from jformer.inference.embedding_space import embedding_panels
 from jformer.model import masks
 from jformer.model.embeddings import sinusoid_table
@@ -122,23 +124,22 @@ def _row_0(mask) -> np.ndarray:
 
 # ----------------------------------------------------------------------- drawing
 def _figure(width: float, height: float):
-    from matplotlib.figure import Figure  # deferred: the module imports without it
+    from matplotlib.figure import Figure  # deferred: importing this module stays cheap
 
     return Figure(figsize=(width, height), layout="constrained")
 
 
 def _save(fig, path: str) -> str:
-    """Writes the figure as a 256-colour PNG (a third of the RGBA size; Pillow comes with
-    matplotlib), with no version stamp: the same inputs give the same bytes."""
-    import io
-
+    """Writes the figure atomically as a 256-colour PNG (a third of the RGBA size; Pillow
+    comes with matplotlib) without a version stamp: the same inputs give the same bytes."""
     from PIL import Image
 
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)
-    buffer.seek(0)
-    with Image.open(buffer) as image:
-        image.convert("RGB").quantize(256).save(path, optimize=True)
+    rgba, png = io.BytesIO(), io.BytesIO()
+    fig.savefig(rgba, format="png", dpi=DPI)
+    rgba.seek(0)
+    with Image.open(rgba) as image:
+        image.convert("RGB").quantize(256).save(png, format="png", optimize=True)
+    write_atomically(path, png.getvalue())
     return path
 
 
@@ -239,8 +240,8 @@ def plot_masks(example: dict, path: str) -> str:
         ax.set_xlabel(f"key: {keys} piece", fontsize=8)
         ax.set_ylabel("query: source piece" if rows is src
                       else "query: the target piece it predicts", fontsize=8)
-    fig.suptitle(f"Masks of one packed row: 3 demo pairs in {len(src)} slots\n(blue: may "
-                 "attend; orange lines: pair borders; the last slots are padding)")
+    fig.suptitle(f"Masks of one packed row: {src_seg.max()} demo pairs in {len(src)} slots\n"
+                 "(blue: may attend; orange lines: pair borders; the last slots are padding)")
     return _save(fig, path)
 
 
