@@ -86,6 +86,10 @@ def test_a_rotation_commuting_projection_tells_direction():
         np.testing.assert_allclose(backward, (a * np.cos(w * k) + b * np.sin(w * k)).sum(),
                                    atol=1e-4)
         assert abs(forward[0] - backward[0]) > 0.1
+    # a general A (not commuting with the rotations) also sees the absolute position p
+    general = rng.normal(size=(D, D))
+    scores = np.array([pe[p] @ general @ pe[p + 3] for p in range(3, 117)])
+    assert scores.max() - scores.min() > 1.0
 
 
 def test_sines_alone_have_no_fixed_shift_map_and_no_relative_dot_product():
@@ -162,3 +166,21 @@ def test_scaled_embeddings_and_positions_start_with_comparable_norms():
     scaled = np.asarray(jax.jit(emb.apply)(variables, tokens))[0]
     assert np.mean((scaled ** 2).sum(axis=1)) == pytest.approx(d, rel=0.02)
     np.testing.assert_allclose((sinusoid_table(64, d) ** 2).sum(axis=1), d / 2, rtol=1e-5)
+
+
+def test_word_order_reaches_the_encoder_only_through_the_positions():
+    """Permuting the tokens together with their positions permutes the encoder's outputs
+    (attention itself sees a set); permuting the tokens alone changes them."""
+    cfg = ModelConfig(vocab_size=20, d_model=D, num_heads=2, num_encoder_layers=2,
+                      num_decoder_layers=1, d_ff=32, max_len=12, dropout_rate=0.0)
+    model = Transformer(cfg)
+    inputs = jnp.array([[5, 6, 7, 8, 9, 10]], jnp.int32)
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs)
+    encode = jax.jit(lambda x, pos: model.apply(params, x, None, pos, method=Transformer.encode))
+    positions = jnp.arange(6)[None]
+    perm = np.array([3, 0, 5, 1, 4, 2])
+    out = np.asarray(encode(inputs, positions))[0]
+    moved = np.asarray(encode(inputs[:, perm], positions[:, perm]))[0]
+    np.testing.assert_allclose(moved, out[perm], atol=1e-5)
+    reordered = np.asarray(encode(inputs[:, perm], positions))[0]
+    assert np.abs(reordered - out[perm]).max() > 1e-2
