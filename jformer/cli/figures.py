@@ -22,11 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder for the PNG files")
     p.add_argument("--sentence", default=None,
                    help="source sentence of the attention maps (default: a demo sentence)")
-    p.add_argument("--d-model", type=int, default=512,
+    p.add_argument("--d-model", type=int, default=None,
                    help="d_model of the positional figures without --workdir (default: "
-                        "the paper's base 512)")
-    p.add_argument("--max-len", type=int, default=256,
-                   help="positions of the positional figures without --workdir")
+                        "the paper's base, 512)")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="positions of the positional figures without --workdir (default: "
+                        "256)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -35,9 +36,12 @@ def run(args: argparse.Namespace) -> None:
 
     if args.workdir is None and (args.checkpoint or args.step is not None or args.sentence):
         raise ValueError("--checkpoint, --step and --sentence need --workdir")
+    if args.workdir is not None and (args.d_model or args.max_len):
+        raise ValueError("--d-model and --max-len are for figures without --workdir (with "
+                         "it, the model's own are used)")
     translator = load_translator(args) if args.workdir is not None else None
     paths, findings = figures.write_figures(
-        args.out, translator, d_model=args.d_model, max_len=args.max_len,
+        args.out, translator, d_model=args.d_model or 512, max_len=args.max_len or 256,
         sentence=args.sentence or figures.DEFAULT_SENTENCE)
     for line in paths + findings:
         print(line)

@@ -50,6 +50,7 @@ def test_without_a_workdir_writes_the_positional_figures(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--d-model", "7"], "d_model must be even"),
     (["--sentence", "x"], "--checkpoint, --step and --sentence need --workdir"),
+    (["--workdir", FIXTURE, "--d-model", "64"], "--d-model and --max-len are for figures"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, args, message):
     assert main(["figures", "--out", str(tmp_path), *args]) == 1
