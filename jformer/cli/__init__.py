@@ -7,6 +7,7 @@
     jformer curves runs/a [label=runs/b ...] --out curves.png
     jformer serve --workdir runs/demo [--host 127.0.0.1] [--port 8000]   (HTTP API, page)
     jformer memory --workdir runs/demo | --config configs/base.py [--batch --beam ...]
+    jformer figures --out docs/figures [--workdir runs/demo]
 
 Each subcommand is a module of this package with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args)``; :data:`SUBCOMMANDS` lists them. Modules
@@ -25,8 +26,8 @@ import sys
 from typing import Sequence
 
 EXIT_ERROR = 1
-SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves", "memory",
-               "serve")
+SUBCOMMANDS = ("translate", "evaluate", "attention", "figures", "average", "curves",
+               "memory", "serve")
 
 
 def _modules():

@@ -4,9 +4,12 @@ from __future__ import annotations
 import argparse
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True,
-                   help="training run folder (config.json, spm.model, checkpoints/)")
+def add_model_args(p: argparse.ArgumentParser, workdir_help: str | None = None) -> None:
+    """--workdir (required unless ``workdir_help`` says what its absence means),
+    --checkpoint and --step."""
+    p.add_argument("--workdir", required=workdir_help is None,
+                   help=workdir_help or "training run folder (config.json, spm.model, "
+                                        "checkpoints/)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="checkpoint directory to use instead of <workdir>/checkpoints "
                         "(e.g. an averaged checkpoint)")
