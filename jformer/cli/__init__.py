@@ -5,6 +5,7 @@
     jformer attention --workdir runs/demo "A sentence." [--out DIR]
     jformer average-checkpoints --workdir runs/demo --last 5 --out DIR
     jformer curves runs/a [label=runs/b ...] --out curves.png
+    jformer export ctranslate2 --workdir runs/demo --out DIR [--quantization int8]
 
 Each subcommand is a module of this package with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args)``; :data:`SUBCOMMANDS` lists them. Modules
@@ -23,7 +24,7 @@ import sys
 from typing import Sequence
 
 EXIT_ERROR = 1
-SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves")
+SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves", "export")
 
 
 def _modules():
@@ -32,7 +33,7 @@ def _modules():
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jformer", description="Transformer translation "
-                                     "in JAX: translate, evaluate, inspect, average.")
+                                     "in JAX: translate, evaluate, inspect, average, export.")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _modules():
         p = sub.add_parser(module.NAME, help=module.HELP)

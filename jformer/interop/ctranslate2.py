@@ -52,12 +52,10 @@ from jformer import checkpoint, files
 from jformer.config import ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
+from jformer.interop import CT2_QUANTIZATIONS
 from jformer.model.embeddings import sinusoid_table
 from jformer.types import PyTree
 
-# Weight types `convert` accepts (CTranslate2's, less its legacy int16); None = float32.
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16",
-                 "float16", "bfloat16")
 # Added to the PAD and BOS logits: exp() of it is 0 in every float type, and it is
 # finite in float16 (-1e9, jformer's own mask value, would overflow to -inf there).
 BANNED_LOGIT = -1e4
@@ -257,6 +255,24 @@ def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[s
     return spec
 
 
+def search_options(beam_size: int, max_len: int) -> dict[str, Any]:
+    """``translate_batch`` keywords under which CTranslate2 searches as jformer's
+    ``Translator.translate(beam_size=..., alpha=0, max_len=...)`` does.
+
+    - ``length_penalty=0``: scores are plain log-prob sums (EOS's included), as jformer's
+      with alpha 0. CTranslate2's penalty divides by length**p, not GNMT's
+      ((5 + length) / 6)**alpha, so no value of p ranks as jformer's alpha > 0 does.
+    - ``min_decoding_length=0``: CTranslate2's default of 1 forbids EOS at the first
+      step, which renormalises that step's log-probs; jformer allows an empty output.
+    - ``max_decoding_length=max_len``: output tokens, EOS included, as jformer counts.
+      Where a search reaches it, the engines differ: jformer's beam search forces EOS at
+      the last position (fairseq's rule), CTranslate2 returns the hypothesis as cut.
+      Greedy search cuts alike in both.
+    """
+    return dict(beam_size=beam_size, length_penalty=0.0, min_decoding_length=0,
+                max_decoding_length=max_len, return_scores=True)
+
+
 def _to_bfloat16(spec: transformer_spec.TransformerSpec) -> None:
     """Casts every float32 variable to bfloat16 (ml_dtypes) in place: CTranslate2's own
     cast goes through torch, which jformer does not need."""
@@ -308,9 +324,10 @@ class JformerConverter(Converter):
 
     def convert(self, output_dir: str, vmap: str | None = None,
                 quantization: str | None = None, force: bool = False) -> str:
-        """CTranslate2's ``convert``; ``quantization`` one of :data:`QUANTIZATIONS`."""
-        if quantization is not None and quantization not in QUANTIZATIONS:
-            raise ValueError(f"quantization must be one of {QUANTIZATIONS}; got "
+        """CTranslate2's ``convert``; ``quantization``: one of CT2_QUANTIZATIONS, or None
+        (float32, as the params are)."""
+        if quantization is not None and quantization not in CT2_QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {CT2_QUANTIZATIONS}; got "
                              f"{quantization!r}")
         self._quantization = quantization
         return super().convert(output_dir, vmap=vmap, quantization=quantization, force=force)
