@@ -31,7 +31,7 @@ def _ct2_run(args: argparse.Namespace) -> None:
     try:
         from jformer.interop import ctranslate2 as ct2_export
     except ModuleNotFoundError as e:
-        if e.name != "ctranslate2":
+        if (e.name or "").split(".")[0] != "ctranslate2":
             raise
         raise SystemExit("jformer export: error: exporting to CTranslate2 needs the "
                          "ctranslate2 package: pip install 'jformer[export]'") from None
