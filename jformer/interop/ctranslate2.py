@@ -113,7 +113,8 @@ def check_exportable(cfg: ModelConfig) -> None:
 
 
 def _f32(x: Any) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    """A fresh float32 copy: CTranslate2 quantizes the spec's arrays in place."""
+    return np.array(x, dtype=np.float32, order="C", copy=True)
 
 
 def _set_norm(spec: common_spec.LayerNormSpec, p: Mapping[str, Any]) -> None:
@@ -181,7 +182,7 @@ def _output_projection(cfg: ModelConfig, params: PyTree,
         weight_VD, bias_V = target_VD, np.zeros(cfg.vocab_size, np.float32)
     else:
         p = params["decoder"]["output_projection"]
-        weight_VD, bias_V = np.asarray(p["kernel"]).T, _f32(p["bias"]).copy()
+        weight_VD, bias_V = np.asarray(p["kernel"]).T, _f32(p["bias"])
     bias_V[[cfg.pad_id, cfg.bos_id]] += BANNED_LOGIT
     return weight_VD, bias_V
 

@@ -207,3 +207,19 @@ def test_a_failed_export_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="conversion failed"):
         ct2_export.export_workdir(LEGACY, tmp_path / "out")
     assert os.listdir(tmp_path) == []
+
+
+def test_one_converter_writes_every_quantization_and_leaves_the_params_alone(tokenizer,
+                                                                            tmp_path):
+    """CTranslate2 quantizes the spec's arrays in place: the converter must hand it
+    copies, or an int8 export would scale the caller's params."""
+    cfg = variant_config("pre_concat_shared_untied", tokenizer)
+    params = perturbed_params(cfg)
+    before = jax.tree.map(np.copy, params)
+    pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    converter = ct2_export.JformerConverter(cfg, params, pieces, tokenizer.unk_id)
+    for quantization in ("int8", "float32", "float16"):
+        converter.convert(str(tmp_path / quantization), quantization=quantization)
+    jax.tree.map(np.testing.assert_array_equal, params, before)
+    f32 = ctranslate2.Translator(str(tmp_path / "float32"), device="cpu")
+    assert f32.score_batch([["▁Five"]], [["▁Fünf"]])[0].log_probs
