@@ -5,8 +5,9 @@
 
     translator = ctranslate2.Translator("demo-ct2")
     sp = sentencepiece.SentencePieceProcessor(model_file="demo-ct2/spm.model")
-    out = translator.translate_batch(sp.encode(["The number is five."], out_type=str))
-    sp.decode(out[0].hypotheses[0])
+    out = translator.translate_batch(sp.encode(["The number is five."], out_type=str),
+                                     **search_options(beam_size=4, max_len=64))
+    sp.decode(out[0].hypotheses[0])   # search_options: jformer.interop.ctranslate2_search
 
 What the spec holds, and why each part computes what jformer computes:
 
@@ -254,24 +255,6 @@ def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[s
     spec.register_source_vocabulary(vocabulary)
     spec.register_target_vocabulary(vocabulary)
     return spec
-
-
-def search_options(beam_size: int, max_len: int) -> dict[str, Any]:
-    """``translate_batch`` keywords under which CTranslate2 searches as jformer's
-    ``Translator.translate(beam_size=..., alpha=0, max_len=...)`` does.
-
-    - ``length_penalty=0``: scores are plain log-prob sums (EOS's included), as jformer's
-      with alpha 0. CTranslate2's penalty divides by length**p, not GNMT's
-      ((5 + length) / 6)**alpha, so no value of p ranks as jformer's alpha > 0 does.
-    - ``min_decoding_length=0``: CTranslate2's default of 1 forbids EOS at the first
-      step, which renormalises that step's log-probs; jformer allows an empty output.
-    - ``max_decoding_length=max_len``: output tokens, EOS included, as jformer counts.
-      Where a search reaches it, the engines differ: jformer's beam search forces EOS at
-      the last position (fairseq's rule), CTranslate2 returns the hypothesis as cut.
-      Greedy search cuts alike in both.
-    """
-    return dict(beam_size=beam_size, length_penalty=0.0, min_decoding_length=0,
-                max_decoding_length=max_len, return_scores=True)
 
 
 def _to_bfloat16(spec: transformer_spec.TransformerSpec) -> None:

@@ -15,7 +15,7 @@ import sentencepiece as spm
 from jformer.config import ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import Translator
-from jformer.interop.ctranslate2 import search_options
+from jformer.interop.ctranslate2_search import search_options
 
 # Every axis of what the export must express, each value at least once. Encoder and
 # decoder depths differ, so a swapped stack fails; epsilon 1e-2 is far enough from

@@ -31,8 +31,9 @@ from jformer.inference import Translator  # noqa: E402
 from jformer.interop import ctranslate2 as ct2_export  # noqa: E402
 from jformer.model import Transformer  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
+from jformer.interop.ctranslate2_search import gnmt_rerank, search_options  # noqa: E402
 from tests.interop.ct2_helpers import (VARIANTS, assert_same_search, ct2_pieces,  # noqa: E402
-                                       variant_config)
+                                       piece_ids, variant_config)
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
 CORPUS = demo_corpus.generate(0, 300, 0, 12)
@@ -123,7 +124,9 @@ def test_pad_and_bos_are_never_generated(tokenizer, tmp_path):
 
 def test_searches_match_on_the_committed_workdir(tmp_path):
     """Greedy: all 24 test sentences, finished or cut at max_len alike. Beam 4: the
-    sentences jformer's beam finishes (its forced EOS at max_len is not CTranslate2's)."""
+    sentences jformer's beam finishes (its forced EOS at max_len is not CTranslate2's).
+    GNMT: jformer's alpha 0.6 choice, where CTranslate2's 4-best list holds it, gets
+    jformer's score from gnmt_rerank."""
     out = ct2_export.export_workdir(LEGACY, tmp_path / "ct2")
     ct2 = ctranslate2.Translator(out, device="cpu", intra_threads=1)
     # One source bucket and one row count: one compiled greedy and one beam program.
@@ -139,6 +142,18 @@ def test_searches_match_on_the_committed_workdir(tmp_path):
     assert len(done) >= 20
     assert_same_search(translator, ct2, done, beam_size=4, max_len=max_len,
                        require_finished=True)
+    ours = translator.translate(done, beam_size=4, alpha=0.6, return_scores=True,
+                                max_len=max_len)
+    theirs = ct2.translate_batch(ct2_pieces(translator, done), num_hypotheses=4,
+                                 return_end_token=True, **search_options(4, max_len))
+    index, eos = piece_ids(translator), translator.model_cfg.eos_id
+    found = 0
+    for h, r in zip(ours, theirs):
+        for pieces, score in gnmt_rerank(r, alpha=0.6):
+            if [index[p] for p in pieces] + [eos] == h.ids.tolist():
+                np.testing.assert_allclose(score, h.score, atol=1e-4, rtol=0)
+                found += 1
+    assert found >= len(done) // 2
 
 
 # ------------------------------------------------------------------------- refusals
