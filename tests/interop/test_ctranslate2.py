@@ -22,7 +22,6 @@ ctranslate2 = pytest.importorskip(
                           "pip install 'jformer[export]'")
 
 from jformer import files  # noqa: E402
-from jformer.cli import main  # noqa: E402
 from jformer.config import DecodeConfig, ModelConfig  # noqa: E402
 from jformer.data import demo_corpus  # noqa: E402
 from jformer.data.sources import load_split  # noqa: E402

@@ -1,14 +1,18 @@
 """CTranslate2 exports of models trained on the demo corpus search as jformer does (slow).
 
 Each variant of ct2_helpers.VARIANTS (post/pre-LN, each position kind, shared or separate
-embeddings, tied or untied output) is trained for a few hundred steps, exported with
+embeddings, tied or untied output, ReLU/GELU, epsilon) is trained on the demo corpus
+(d_model 64, 1000 steps: BLEU 75-90 on its 200 test sentences), exported with
 ``jformer export ctranslate2`` and decoded on the demo test sentences by both engines:
 greedy and beam 4 (length penalty 0 on both sides) give the same tokens, and scores
-within 1e-4. Then a model that translates the demo corpus (BLEU about 75) shows the int8
-export within 1 BLEU of the float32 one.
+within 1e-4. The first variant's float32 and int8 exports then score within 1 BLEU.
+
+Trained models matter for beam search: on an untrained one the engines' one search
+difference (jformer also finishes EOS extensions ranked W..2W-1, see
+jformer.interop.ctranslate2_search) changes some outputs; greedy search and the weights
+are proven on random models in test_ctranslate2.py.
 """
 import os
-import shutil
 
 import pytest
 import sentencepiece as spm
@@ -25,29 +29,37 @@ from jformer.data.sources import load_split  # noqa: E402
 from jformer.inference import Translator, scoring  # noqa: E402
 from jformer.interop.ctranslate2_search import search_options  # noqa: E402
 from tests.interop.ct2_helpers import VARIANTS, assert_same_search, ct2_pieces  # noqa: E402
-from tests.train_helpers import tiny_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def shared_vocab(tmp_path_factory):
-    """The sentencepiece model, trained once; each run copies it into its workdir."""
-    work = tmp_path_factory.mktemp("vocab")
-    train_lib.build_job(tiny_config(), str(work))
-    return str(work / "spm.model")
-
-
-def train_variant(name: str, workdir: str, vocab: str) -> None:
-    """The tiny test config with the variant's model fields, 400 steps (its outputs end
-    with EOS; it does not translate well)."""
-    config = tiny_config(num_steps=400, warmup_steps=100, learning_rate_scale=1.0,
-                         checkpoint_every=400, eval_every=10_000)
+def train_variant(name: str, workdir: str) -> None:
+    """The demo corpus at half the demo model's width with the variant's model fields."""
+    config = demo.get_config()
+    m, d, t = config.model, config.data, config.train
+    m.d_model, m.num_heads, m.d_ff = 64, 4, 256
+    d.demo_num_train, d.demo_num_eval, d.demo_num_test = 20000, 200, 200
+    d.vocab_size = m.vocab_size = 600
+    d.vocab_sample_size, d.max_tokens = 20000, 1024
+    t.num_steps, t.warmup_steps, t.learning_rate_scale = 1000, 300, 2.0
+    t.eval_every, t.checkpoint_every = 10_000, 1000
     for field, value in VARIANTS[name].items():
-        setattr(config.model, field, value)
-    os.makedirs(workdir)
-    shutil.copy(vocab, os.path.join(workdir, "spm.model"))
+        setattr(m, field, value)
     train_lib.train(config, workdir)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """variant name -> its workdir, each trained once for this module."""
+    workdirs = {}
+
+    def get(name: str) -> str:
+        if name not in workdirs:
+            workdirs[name] = str(tmp_path_factory.mktemp(name))
+            train_variant(name, workdirs[name])
+        return workdirs[name]
+
+    return get
 
 
 def export(workdir: str, out: str, *options: str) -> "ctranslate2.Translator":
@@ -56,36 +68,21 @@ def export(workdir: str, out: str, *options: str) -> "ctranslate2.Translator":
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_greedy_and_beam_4_are_jformers(variant, shared_vocab, tmp_path):
-    workdir = str(tmp_path / "run")
-    train_variant(variant, workdir, shared_vocab)
+def test_greedy_and_beam_4_are_jformers(variant, trained, tmp_path):
+    workdir = trained(variant)
     ct2 = export(workdir, str(tmp_path / "ct2"))
     translator = Translator.from_checkpoint(workdir)
     sentences = [s for s, _ in load_split(files.load_config(workdir).data, "test")]
     max_len = translator.model_cfg.max_len
     finished = assert_same_search(translator, ct2, sentences, beam_size=1, max_len=max_len,
                                   require_finished=False)
-    assert finished >= len(sentences) // 2  # most greedy outputs end with EOS
+    assert finished >= 0.9 * len(sentences)  # outputs that end with EOS, not cut
     assert_same_search(translator, ct2, sentences, beam_size=4, max_len=max_len,
                        require_finished=True)
 
 
-def quality_config():
-    """The demo corpus at a quarter of the demo model's width: ~75 BLEU in 1000 steps."""
-    c = demo.get_config()
-    m, d, t = c.model, c.data, c.train
-    m.d_model, m.num_heads, m.d_ff = 64, 4, 256
-    d.demo_num_train, d.demo_num_eval, d.demo_num_test = 20000, 200, 200
-    d.vocab_size = m.vocab_size = 600
-    d.vocab_sample_size, d.max_tokens = 20000, 1024
-    t.num_steps, t.warmup_steps, t.learning_rate_scale = 1000, 300, 2.0
-    t.eval_every, t.checkpoint_every = 10_000, 1000
-    return c
-
-
-def test_int8_export_is_within_1_bleu_of_float32(tmp_path):
-    workdir = str(tmp_path / "run")
-    train_lib.train(quality_config(), workdir)
+def test_int8_export_is_within_1_bleu_of_float32(trained, tmp_path):
+    workdir = trained("post_sinusoidal_shared_tied")
     pairs = load_split(files.load_config(workdir).data, "test")
     references = [t for _, t in pairs]
     translator = Translator.from_checkpoint(workdir)
