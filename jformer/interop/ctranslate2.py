@@ -48,6 +48,7 @@ import ml_dtypes
 import numpy as np
 from ctranslate2.converters.converter import Converter
 from ctranslate2.specs import common_spec, transformer_spec
+from ctranslate2.specs.model_spec import visit_spec
 
 from jformer import checkpoint, files
 from jformer.config import ModelConfig
@@ -97,7 +98,8 @@ def check_exportable(cfg: ModelConfig) -> None:
         problems.append(f"model.norm={cfg.norm!r}: CTranslate2 has post-LN and pre-LN")
     if len({cfg.pad_id, cfg.bos_id, cfg.eos_id}) < 3:
         problems.append(f"model.pad_id, model.bos_id, model.eos_id = {cfg.pad_id}, "
-                        f"{cfg.bos_id}, {cfg.eos_id}: CTranslate2 needs three distinct ids")
+                        f"{cfg.bos_id}, {cfg.eos_id}: the export bans PAD and BOS from the "
+                        f"output and ends on EOS, so they must be three distinct ids")
     for field in dataclasses.fields(cfg):
         if field.name in EXPORTED_FIELDS or field.name in INFERENCE_NEUTRAL_FIELDS:
             continue
@@ -264,7 +266,7 @@ def _to_bfloat16(spec: transformer_spec.TransformerSpec) -> None:
         if isinstance(value, np.ndarray) and value.dtype == np.float32:
             setattr(layer, name.split("/")[-1], value.astype(ml_dtypes.bfloat16))
 
-    spec._visit(cast)
+    visit_spec(spec, cast)
 
 
 class JformerConverter(Converter):

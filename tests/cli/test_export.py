@@ -7,7 +7,9 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
+import sentencepiece as spm
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="the CTranslate2 export needs the export extra: "
@@ -69,19 +71,30 @@ def test_an_existing_output_is_replaced_only_with_force(tmp_path, capsys):
     status, _, stderr = export(capsys, out, "--quantization", "int8", "--force")
     assert status == 0, stderr
     assert sorted(os.listdir(tmp_path)) == ["ct2"]  # no temporary directory left
-    assert len(model_bin(out)) < 0.5 * len(float32)
+    assert len(model_bin(out)) < 0.5 * len(float32)  # the int8 weights replaced them
     assert ctranslate2.Translator(str(out), device="cpu").compute_type == "int8_float32"
 
 
-@pytest.mark.parametrize("quantization, ratio", [("bfloat16", 0.5), ("float16", 0.5)])
-def test_half_precision_exports_need_no_torch(quantization, ratio, tmp_path, capsys):
+@pytest.mark.parametrize("quantization, size_ratio, atol", [
+    ("int8", (0.2, 0.5), 0.3), ("float16", (0.45, 0.55), 0.01),
+    ("bfloat16", (0.45, 0.55), 0.1)])  # bfloat16: no PyTorch needed
+def test_quantized_exports_stay_close_to_float32(quantization, size_ratio, atol, tmp_path,
+                                                 capsys):
+    """Smaller weights, and per-token log-probs within the type's rounding of float32's
+    (a wrong cast or scale would be off by whole units)."""
     assert export(capsys, tmp_path / "f32")[0] == 0
-    status, _, stderr = export(capsys, tmp_path / "half", "--quantization", quantization)
+    status, _, stderr = export(capsys, tmp_path / "q", "--quantization", quantization)
     assert status == 0, stderr
-    size, full = len(model_bin(tmp_path / "half")), len(model_bin(tmp_path / "f32"))
-    assert abs(size / full - ratio) < 0.05
-    translator = ctranslate2.Translator(str(tmp_path / "half"), device="cpu")
-    assert translator.translate_batch([["▁Five", "."]], max_decoding_length=4)
+    ratio = len(model_bin(tmp_path / "q")) / len(model_bin(tmp_path / "f32"))
+    assert size_ratio[0] < ratio < size_ratio[1]
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(LEGACY, "spm.model"))
+    sources = sp.encode(["Five red apples cost ten euros.", "I see a big dog."], out_type=str)
+    targets = sp.encode(["Fünf rote Äpfel kosten zehn Euro.", "Ich sehe einen großen Hund."],
+                        out_type=str)
+    scores = {name: ctranslate2.Translator(str(tmp_path / name), device="cpu")
+              .score_batch(sources, targets) for name in ("f32", "q")}
+    for full, low in zip(scores["f32"], scores["q"]):
+        np.testing.assert_allclose(low.log_probs, full.log_probs, atol=atol, rtol=0)
 
 
 def test_step_and_checkpoint_choose_the_weights(tmp_path, capsys):
