@@ -8,6 +8,7 @@
     jformer serve --workdir runs/demo [--host 127.0.0.1] [--port 8000]   (HTTP API, page)
     jformer memory --workdir runs/demo | --config configs/base.py [--batch --beam ...]
     jformer figures --out docs/figures [--workdir runs/demo]
+    jformer export ctranslate2 --workdir runs/demo --out DIR [--quantization int8]
 
 Each subcommand is a module of this package with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args)``; :data:`SUBCOMMANDS` lists them. Modules
@@ -27,7 +28,7 @@ from typing import Sequence
 
 EXIT_ERROR = 1
 SUBCOMMANDS = ("translate", "evaluate", "attention", "figures", "average", "curves",
-               "memory", "serve")
+               "memory", "serve", "export")
 
 
 def _modules():
@@ -37,7 +38,7 @@ def _modules():
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jformer", description="Transformer translation "
                                      "in JAX: translate, evaluate, inspect, average, "
-                                     "size up memory, serve.")
+                                     "size up memory, serve, export.")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _modules():
         p = sub.add_parser(module.NAME, help=module.HELP)
