@@ -13,6 +13,7 @@ the rows of a batch so its cache fits (:mod:`.memory`).
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import warnings
 from typing import Any, Callable, Sequence
@@ -263,7 +264,8 @@ class Translator:
             raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
                              f"(each device decodes an equal share); got {batch_size}")
         top_k = cfg.top_k if top_k is None else top_k
-        keys = search.row_keys(jax.random.key(0) if rng is None else rng, len(sentences))
+        key_data, fold_first = _key_source(jax.random.key(0) if rng is None else rng,
+                                           len(sentences))
         if max_len is not None and max_len > self.model_cfg.max_len:
             warnings.warn(f"max_len={max_len} is more than the model's positions "
                           f"(model.max_len={self.model_cfg.max_len}); outputs are capped "
@@ -271,7 +273,10 @@ class Translator:
         encoded = self._encode(sentences, cfg.overlong)
         # Every piece of every sentence is one source: pieces share batches.
         sources = [ids for pieces, _ in encoded for ids in pieces]
-        keys = _piece_keys(keys, encoded)
+        # Per source: its sentence, its piece number, whether its sentence was split.
+        owner = np.array([i for i, (pieces, _) in enumerate(encoded) for _ in pieces], np.int32)
+        piece = np.array([j for pieces, _ in encoded for j in range(len(pieces))], np.int32)
+        split = np.array([seg is not None for pieces, seg in encoded for _ in pieces], bool)
         empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
         piece_hyps: list[list[Hypothesis]] = [[empty] for _ in sources]
         specs, caps = {}, {}
@@ -289,7 +294,10 @@ class Translator:
             rows = padded_rows(len(idx), caps[bucket],
                                1 if self.mesh is None else self.mesh.size)
             # Padding rows reuse a real row's key (their samples are discarded).
-            batch_keys = keys[np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")]
+            at = np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")
+            data = key_data[np.zeros(rows, np.int32) if fold_first else owner[at]]
+            batch_keys = _source_keys(data, owner[at], piece[at], split[at],
+                                      fold_first=fold_first)
             hyps = self._decode([sources[i] for i in idx], bucket, rows, specs[bucket],
                                 batch_keys, alpha if method == "beam" else 0.0, temperature,
                                 n_best)
@@ -345,18 +353,38 @@ class Translator:
         cache = init(self.params, jnp.asarray(inputs_BS))
         return make_step_fn(model, self.params, cache, output_DV=self.output_DV)
 
-def _piece_keys(keys: Array, encoded: list[Pieces]) -> Array:
-    """A sampling key per piece: sentence i's key for an unsplit sentence, its
-    ``fold_in(key_i, j)`` for piece j of a split one (independent of the batching)."""
-    if all(seg is None for _, seg in encoded):
-        return keys
-    owner = np.array([i for i, (pieces, _) in enumerate(encoded) for _ in pieces])
-    piece = np.array([j for pieces, _ in encoded for j in range(len(pieces))])
-    split = np.array([seg is not None for _, seg in encoded])[owner]
-    folded = jax.vmap(jax.random.fold_in)(keys[owner], piece)
-    # [own keys; folded keys]: take each piece's from the half it needs.
-    return jnp.concatenate([keys[owner], folded])[np.where(split, len(owner) + np.arange(
-        len(owner)), np.arange(len(owner)))]
+def _key_source(rng, n: int) -> tuple[np.ndarray, bool]:
+    """Raw key data for :func:`_source_keys`: one key [1, 2] to fold each sentence's index
+    into (``fold_first``), or the n sentences' own keys [n, 2]. Kept on the host, so that
+    a batch's keys cost one compiled program per batch shape, not one per call size."""
+    rng = jnp.asarray(rng) if isinstance(rng, np.ndarray) else rng
+    if (isinstance(rng, jax.Array) and rng.dtype == jnp.uint32 and rng.ndim in (1, 2)
+            and rng.shape[-1] == 2):  # raw jax.random.PRNGKey data
+        rng = jax.random.wrap_key_data(rng)
+    if not (isinstance(rng, jax.Array) and jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)):
+        raise ValueError(f"rng must be a PRNG key or keys [{n}] (jax.random.key); got "
+                         f"{type(rng).__name__} {getattr(rng, 'dtype', '')}".rstrip())
+    if rng.ndim == 0:
+        return np.asarray(jax.random.key_data(rng))[None], True
+    if rng.shape != (n,):
+        raise ValueError(f"rng must be one key or keys [{n}]; got {rng.shape}")
+    return np.asarray(jax.random.key_data(rng)), False
+
+
+@functools.partial(jax.jit, static_argnames="fold_first")
+def _source_keys(data_B2: Array, sentence_B: Array, piece_B: Array, split_B: Array, *,
+                 fold_first: bool) -> Array:
+    """Each source's sampling key: its sentence's key (``fold_in(rng, i)`` when
+    ``fold_first``, else the sentence's own), and ``fold_in(key_i, j)`` for piece j of a
+    split sentence, so a sample depends on neither batching nor bucketing."""
+    keys_B = jax.random.wrap_key_data(data_B2)
+    if fold_first:
+        keys_B = jax.vmap(jax.random.fold_in)(keys_B, sentence_B)
+    folded_B = jax.vmap(jax.random.fold_in)(keys_B, piece_B)
+    data_B2 = jnp.where(split_B[:, None], jax.random.key_data(folded_B),
+                        jax.random.key_data(keys_B))
+    return jax.random.wrap_key_data(data_B2)
+
 
 def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
                 n_best: int, batch_size: int, max_len: int | None) -> None:

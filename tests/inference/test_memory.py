@@ -19,9 +19,7 @@ from jformer.train.step import make_loss_fn
 
 TINY = ModelConfig(vocab_size=300, d_model=32, num_heads=4, num_encoder_layers=2,
                    num_decoder_layers=3, d_ff=64, max_len=64)
-# After the kernels switch lands (model.kernels), every cache layout is checked.
-KERNELS = (("plain", "cpu") if "kernels" in {f.name for f in dataclasses.fields(ModelConfig)}
-           else (None,))
+KERNELS = ("plain", "cpu")  # every cache layout
 
 
 def allocated_bytes(cfg: ModelConfig, batch: int, beam: int, max_len: int, src_len: int
@@ -45,9 +43,7 @@ def allocated_bytes(cfg: ModelConfig, batch: int, beam: int, max_len: int, src_l
                          [(1, 1, 8, 8), (3, 1, 16, 40), (2, 4, 24, 8), (5, 3, 7, 13)])
 def test_cache_bytes_equal_the_arrays_init_decode_state_allocates(kernels, dtype, batch, beam,
                                                                   max_len, src_len):
-    cfg = dataclasses.replace(TINY, dtype=dtype)
-    if kernels is not None:
-        cfg = dataclasses.replace(cfg, kernels=kernels)
+    cfg = dataclasses.replace(TINY, dtype=dtype, kernels=kernels)
     want = allocated_bytes(cfg, batch, beam, max_len, src_len)
     assert memory.cache_bytes(cfg, batch, beam, max_len, src_len=src_len) == want
     parts = memory.cache_parts(cfg, batch, beam, max_len, src_len=src_len)
@@ -78,6 +74,14 @@ def test_base_and_big_cache_at_beam_4():
     assert memory.cache_parts(base, 64, 4, 256, src_len=256)[:2] == (3 * 2 ** 29,
                                                                       3 * 2 ** 27)
     assert memory.cache_parts(big, 64, 4, 256, src_len=256)[:2] == (3 * 2 ** 30, 3 * 2 ** 28)
+
+
+def test_worked_example_of_the_docs():
+    """docs/transformer.md: the base model, 32 sentences, beam 4, 256 source and output
+    positions, float32: 768 MiB of self-attention K/V and 192 MiB of cross-attention K/V."""
+    base = ModelConfig(vocab_size=37000)
+    assert memory.cache_parts(base, 32, 4, 256, src_len=256)[:2] == (768 * 2 ** 20,
+                                                                      192 * 2 ** 20)
 
 
 def test_param_count_is_the_papers_base_and_big():
