@@ -13,7 +13,6 @@ the rows of a batch so its cache fits (:mod:`.memory`).
 from __future__ import annotations
 
 import collections
-import functools
 import os
 import warnings
 from typing import Any, Callable, Sequence
@@ -29,6 +28,7 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, output_matrix)
 from jformer.inference import memory, segment
+from jformer.inference.keys import key_source, source_keys
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
                                        join_hypotheses)
@@ -264,7 +264,7 @@ class Translator:
             raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
                              f"(each device decodes an equal share); got {batch_size}")
         top_k = cfg.top_k if top_k is None else top_k
-        key_data, fold_first = _key_source(jax.random.key(0) if rng is None else rng,
+        key_data, fold_first = key_source(jax.random.key(0) if rng is None else rng,
                                            len(sentences))
         if max_len is not None and max_len > self.model_cfg.max_len:
             warnings.warn(f"max_len={max_len} is more than the model's positions "
@@ -296,7 +296,7 @@ class Translator:
             # Padding rows reuse a real row's key (their samples are discarded).
             at = np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")
             data = key_data[np.zeros(rows, np.int32) if fold_first else owner[at]]
-            batch_keys = _source_keys(data, owner[at], piece[at], split[at],
+            batch_keys = source_keys(data, owner[at], piece[at], split[at],
                                       fold_first=fold_first)
             hyps = self._decode([sources[i] for i in idx], bucket, rows, specs[bucket],
                                 batch_keys, alpha if method == "beam" else 0.0, temperature,
@@ -352,39 +352,6 @@ class Translator:
         init = jax.jit(lambda p, x: encode_and_init(model, p, x, max_len))
         cache = init(self.params, jnp.asarray(inputs_BS))
         return make_step_fn(model, self.params, cache, output_DV=self.output_DV)
-
-def _key_source(rng, n: int) -> tuple[np.ndarray, bool]:
-    """Raw key data for :func:`_source_keys`: one key [1, 2] to fold each sentence's index
-    into (``fold_first``), or the n sentences' own keys [n, 2]. Kept on the host, so that
-    a batch's keys cost one compiled program per batch shape, not one per call size."""
-    rng = jnp.asarray(rng) if isinstance(rng, np.ndarray) else rng
-    if (isinstance(rng, jax.Array) and rng.dtype == jnp.uint32 and rng.ndim in (1, 2)
-            and rng.shape[-1] == 2):  # raw jax.random.PRNGKey data
-        rng = jax.random.wrap_key_data(rng)
-    if not (isinstance(rng, jax.Array) and jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)):
-        raise ValueError(f"rng must be a PRNG key or keys [{n}] (jax.random.key); got "
-                         f"{type(rng).__name__} {getattr(rng, 'dtype', '')}".rstrip())
-    if rng.ndim == 0:
-        return np.asarray(jax.random.key_data(rng))[None], True
-    if rng.shape != (n,):
-        raise ValueError(f"rng must be one key or keys [{n}]; got {rng.shape}")
-    return np.asarray(jax.random.key_data(rng)), False
-
-
-@functools.partial(jax.jit, static_argnames="fold_first")
-def _source_keys(data_B2: Array, sentence_B: Array, piece_B: Array, split_B: Array, *,
-                 fold_first: bool) -> Array:
-    """Each source's sampling key: its sentence's key (``fold_in(rng, i)`` when
-    ``fold_first``, else the sentence's own), and ``fold_in(key_i, j)`` for piece j of a
-    split sentence, so a sample depends on neither batching nor bucketing."""
-    keys_B = jax.random.wrap_key_data(data_B2)
-    if fold_first:
-        keys_B = jax.vmap(jax.random.fold_in)(keys_B, sentence_B)
-    folded_B = jax.vmap(jax.random.fold_in)(keys_B, piece_B)
-    data_B2 = jnp.where(split_B[:, None], jax.random.key_data(folded_B),
-                        jax.random.key_data(keys_B))
-    return jax.random.wrap_key_data(data_B2)
-
 
 def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
                 n_best: int, batch_size: int, max_len: int | None) -> None:

@@ -86,12 +86,10 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
                          min_len=min_len)
 
 
-def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
-    """Per-row PRNG keys [batch_size] from ``rng``: a key gives row b
-    ``fold_in(rng, first + b)`` (so a row's key does not depend on the batch size; a
-    stream read in chunks passes each chunk's first row number); keys [batch_size] are
-    used as given (typed keys, or raw ``PRNGKey`` data [2] / [batch_size, 2]). Raises
-    ValueError naming the shape otherwise."""
+def typed_keys(rng: jax.Array, batch_size: int) -> jax.Array:
+    """``rng`` as typed PRNG keys: one key (shape []) or one per row ([batch_size]); raw
+    ``PRNGKey`` data ([2] / [batch_size, 2] uint32) is wrapped. Raises ValueError naming
+    the type or shape otherwise."""
     rng = jnp.asarray(rng) if isinstance(rng, np.ndarray) else rng
     if (isinstance(rng, jax.Array) and rng.dtype == jnp.uint32 and rng.ndim in (1, 2)
             and rng.shape[-1] == 2):  # raw jax.random.PRNGKey data
@@ -99,11 +97,21 @@ def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
     if not (isinstance(rng, jax.Array) and jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)):
         raise ValueError(f"rng must be a PRNG key or keys [batch_size] (jax.random.key); "
                          f"got {type(rng).__name__} {getattr(rng, 'dtype', '')}".rstrip())
+    if rng.ndim:
+        require(rng.shape == (batch_size,), "rng", f"one key or keys [{batch_size}]",
+                rng.shape)
+    return rng
+
+
+def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
+    """Per-row PRNG keys [batch_size] from ``rng``: a key gives row b
+    ``fold_in(rng, first + b)`` (so a row's key does not depend on the batch size; a
+    stream read in chunks passes each chunk's first row number); keys [batch_size] are
+    used as given (see :func:`typed_keys`)."""
+    rng = typed_keys(rng, batch_size)
     if rng.ndim == 0:
         return jax.vmap(lambda b: jax.random.fold_in(rng, b))(
             jnp.arange(first, first + batch_size, dtype=jnp.uint32))
-    require(rng.shape == (batch_size,), "rng", f"one key or keys [{batch_size}]",
-             rng.shape)
     return rng
 
 
