@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     try:
-        import fastapi, prometheus_client, uvicorn  # noqa: E401, F401
+        import fastapi, prometheus_client, swagger_ui_bundle, uvicorn  # noqa: E401, F401
     except ImportError as e:
         raise ValueError(f"needs the serve extra: pip install -e '.[serve]' (missing: "
                          f"{e.name})") from None

@@ -23,8 +23,10 @@ import time
 from typing import Any, Callable
 
 import numpy as np
+import swagger_ui_bundle
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from jformer.inference import Translator
@@ -148,12 +150,15 @@ def create_app(load: Loader | Translator, limits: ServeLimits | None = None, *,
             logger.error("the decoder thread did not stop within %.0f s", state.limits.drain_s)
 
     app = FastAPI(title="jformer translation API", version="1", lifespan=lifespan,
+                  docs_url=None, redoc_url=None,  # /docs below: served locally, offline
                   description="Batched Transformer translation. Errors are "
                               '{"error": {"code", "reason", "message", "field"}}.')
     app.state.jformer = state
     errors.install_handlers(app)
     app.add_middleware(_MetricsMiddleware, metrics=state.metrics)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/docs-static", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path),
+              name="docs-static")
     _add_routes(app)
     return app
 
@@ -165,6 +170,7 @@ def _body(model) -> dict:
 
 def _add_routes(app: FastAPI) -> None:
     app.add_api_route("/", page, include_in_schema=False)
+    app.add_api_route("/docs", docs, include_in_schema=False)
     app.add_api_route("/v1/health", health, summary="Liveness")
     app.add_api_route("/v1/ready", ready, summary="Readiness",
                       responses={503: {"model": ErrorResponse}})
@@ -184,6 +190,14 @@ def _state(request: Request) -> ServerState:
 
 async def page() -> FileResponse:
     return FileResponse(os.path.join(STATIC_DIR, "index.html"))
+
+
+async def docs() -> HTMLResponse:
+    """The OpenAPI page, its Swagger UI served from the swagger-ui-bundle package (no CDN)."""
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="jformer API - Swagger UI",
+                               swagger_js_url="/docs-static/swagger-ui-bundle.js",
+                               swagger_css_url="/docs-static/swagger-ui.css",
+                               swagger_favicon_url="/static/favicon.svg")
 
 
 async def health(request: Request) -> dict:

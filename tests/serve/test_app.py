@@ -103,7 +103,10 @@ def test_health_ready_model_docs_page_and_metrics(client, translator):
     assert model["model"]["d_model"] == 32 and model["buckets"] == [16, 32, 64]
     assert model["limits"]["max_batch"] == translator.decode_cfg.batch_size == 4
     assert model["limits"]["max_sentences"] == 8
-    assert "Swagger UI" in client.get("/docs").text
+    page = client.get("/docs").text
+    assert "Swagger UI" in page and "cdn" not in page.lower()  # works offline
+    for asset in ("/docs-static/swagger-ui-bundle.js", "/docs-static/swagger-ui.css"):
+        assert asset in page and client.get(asset).status_code == 200
     schema = client.get("/openapi.json").json()
     body = schema["paths"]["/v1/translate"]["post"]["requestBody"]["content"]
     assert "beam_size" in body["application/json"]["schema"]["properties"]
