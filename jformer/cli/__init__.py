@@ -9,6 +9,7 @@
     jformer memory --workdir runs/demo | --config configs/base.py [--batch --beam ...]
     jformer figures --out docs/figures [--workdir runs/demo]
     jformer export ctranslate2 --workdir runs/demo --out DIR [--quantization int8]
+    jformer export jax --workdir runs/demo --out DIR [--buckets 16,32] [--platforms cpu,cuda]
 
 Each subcommand is a module of this package with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args)``; :data:`SUBCOMMANDS` lists them. Modules
