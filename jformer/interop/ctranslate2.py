@@ -350,18 +350,8 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
         for name in os.listdir(tmp):
             with open(os.path.join(tmp, name), "rb") as f:
                 os.fsync(f.fileno())
-        _move_into_place(tmp, out)
+        files.replace_directory(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def _move_into_place(new: str, out: str) -> None:
-    if not os.path.exists(out):
-        os.replace(new, out)
-        return
-    old = new + ".old"
-    os.replace(out, old)
-    os.replace(new, out)
-    shutil.rmtree(old)

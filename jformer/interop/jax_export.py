@@ -299,7 +299,7 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
     try:
         write_export(tmp, config.model, params, tokenizer, settings, config.decode, source)
-        _move_into_place(tmp, out)
+        files.replace_directory(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -313,21 +313,6 @@ def _check_tokenizer(model_cfg: ModelConfig, tokenizer: Tokenizer, workdir: str)
             raise ValueError(f"model.{name}={getattr(model_cfg, name)} in {workdir}/"
                              f"config.json does not match the tokenizer {tokenizer.path} "
                              f"({got})")
-
-
-def _move_into_place(new: str, out: str) -> None:
-    """Renames the finished directory ``new`` to ``out`` (replacing an old one)."""
-    for root, _, names in os.walk(new):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as f:
-                os.fsync(f.fileno())
-    if not os.path.exists(out):
-        os.replace(new, out)
-        return
-    old = new + ".old"
-    os.replace(out, old)
-    os.replace(new, out)
-    shutil.rmtree(old)
 
 
 def load_programs(directory: str | os.PathLike, platform: str = "cpu"
