@@ -7,6 +7,10 @@ fast)::
     from jformer import Transformer, ModelConfig       # the model
     from jformer import train_and_evaluate             # the training job
 
+A name here never equals a subpackage's (``jformer.train`` is the training package; its
+``train`` function is ``jformer.train.train``), so what a name means never depends on what
+was imported before.
+
 Stages, lowest first (a module never imports a stage above it): foundations (config,
 files, checkpoint, mesh, types) -> kernels -> model, search, data -> inference -> train
 -> cli. docs/architecture.md draws the data flow.
@@ -22,7 +26,7 @@ _API = {
     "Transformer": "jformer.model", "DecodeCache": "jformer.model",
     "Tokenizer": "jformer.data.tokenizer",
     "Translator": "jformer.inference", "Hypothesis": "jformer.inference",
-    "train": "jformer.train", "train_and_evaluate": "jformer.train",
+    "train_and_evaluate": "jformer.train",
     "greedy_search": "jformer.search", "beam_search": "jformer.search",
     "sample": "jformer.search",
     "restore_params": "jformer.checkpoint", "average_checkpoints": "jformer.averaging",

@@ -25,7 +25,8 @@ def smoothed_cross_entropy(logits_BTV: Array, targets_BT: Array, weights_BT: Arr
       weights_BT: float [batch, tgt_len], 1 at real tokens and 0 at padding.
       label_smoothing: eps_ls in [0, 1).
     Returns:
-      dict of float32 scalars: ``loss`` (the smoothed loss), ``nll`` (for perplexity),
+      dict of float32 scalars: ``loss`` (the smoothed loss), ``nll`` (for perplexity; a
+      metric, its gradient stopped as in the fused kernel's),
       ``tokens`` (sum of weights), ``correct`` (positions whose target has the highest
       logit), each summed over the weighted positions.
     """
