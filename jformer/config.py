@@ -82,9 +82,15 @@ def _check_number(section: str, name: str, value: float, low: float, *,
            value)
 
 
-def _check_seed(section: str, name: str, value: int) -> None:
-    _check(_is_int(value) and 0 <= value < 2 ** 63, f"{section}.{name}",
-           "an int in [0, 2**63)", value)
+# jax.random.key keeps a seed's low 32 bits (without jax_enable_x64), so a JAX seed at or
+# over 2**32 would silently equal a smaller one; NumPy seeds take 63 bits.
+JAX_SEED_LIMIT = 2 ** 32
+
+
+def _check_seed(section: str, name: str, value: int, limit: int = 2 ** 63) -> None:
+    text = f"2**{limit.bit_length() - 1}"
+    _check(_is_int(value) and 0 <= value < limit, f"{section}.{name}",
+           f"an int in [0, {text})", value)
 
 
 def _check_choice(section: str, name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -372,7 +378,7 @@ def check_training_config(config: Config) -> None:
            "an int >= 0 (0: all sentences)", d.vocab_sample_size)
     _check_seed("data", "seed", d.seed)
     _check_seed("data", "demo_seed", d.demo_seed)
-    _check_seed("train", "seed", t.seed)
+    _check_seed("train", "seed", t.seed, JAX_SEED_LIMIT)
     for name in ("adam_b1", "adam_b2"):  # Adam's decay rates; 1 would never forget
         _check(_is_number(getattr(t, name)) and 0 <= getattr(t, name) < 1, f"train.{name}",
                "a number in [0, 1)", getattr(t, name))

@@ -203,8 +203,8 @@ def test_path_and_argument_errors_print_one_line(workdir, tmp_path, capsys, monk
              (["translate", "--workdir", workdir, "--output", afile / "x"], "Not a directory"),
              (["evaluate", "--workdir", workdir, "--src", afile / "x", "--ref", afile],
               "Not a directory"),
-             (["translate", "--workdir", workdir, "--seed", 2 ** 64],
-              "--seed must be an int in [0, 2**63)"),
+             (["translate", "--workdir", workdir, "--seed", 2 ** 32],
+              "--seed must be an int in [0, 2**32)"),
              (["translate", "--workdir", workdir, "--alpha", "nan"],
               "alpha must be a finite number >= 0; got nan")]
     for argv, message in cases:
