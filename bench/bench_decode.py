@@ -67,6 +67,8 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--beams", default="1,4")
     p.add_argument("--repeats", type=int, default=5, help="timed calls (median)")
     p.add_argument("--chunk-size", type=int, default=8)
+    p.add_argument("--kernels", default="auto", choices=("auto", "plain", "cpu"),
+                   help="model.kernels of the decoded model")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="compute dtype (the references are float32)")
     p.add_argument("--devices", type=int, default=1,
@@ -255,10 +257,12 @@ def main(args: argparse.Namespace) -> None:
     if args.devices > 1:  # before jax starts its CPU backend
         jax.config.update("jax_num_cpu_devices", args.devices)
     configs = ["small"] if args.quick else args.configs.split(",")
+    for name in CONFIGS:  # every measurement below builds its model from these
+        CONFIGS[name] = dataclasses.replace(CONFIGS[name], kernels=args.kernels)
     repeats = 3 if args.quick else args.repeats
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs; "
           f"{args.dtype}, random params, source length {SRC_LEN}, {GEN_LEN} generated tokens "
-          f"per sentence, median of {repeats} calls")
+          f"per sentence, median of {repeats} calls, model.kernels {args.kernels}")
     rows, ratio_rows = [], []
     for name in configs:
         cfg = CONFIGS[name]
