@@ -175,7 +175,7 @@ def test_batch_equals_sentences_one_by_one_in_input_order(translator, beam_size)
     assert len({len(h.ids) for h in together}) > 2  # the EOS bias gives varied lengths
 
 
-@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("devices", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
     if len(jax.local_devices()) < devices:
         pytest.skip(f"needs {devices} local devices (tests/conftest.py asks for 8)")
