@@ -82,15 +82,12 @@ def _check_number(section: str, name: str, value: float, low: float, *,
            value)
 
 
-# jax.random.key keeps a seed's low 32 bits (without jax_enable_x64), so a JAX seed at or
-# over 2**32 would silently equal a smaller one; NumPy seeds take 63 bits.
-JAX_SEED_LIMIT = 2 ** 32
+JAX_SEED_LIMIT = 2 ** 32  # jax.random.key keeps 32 bits: a larger seed repeats a smaller one
 
 
 def _check_seed(section: str, name: str, value: int, limit: int = 2 ** 63) -> None:
-    text = f"2**{limit.bit_length() - 1}"
     _check(_is_int(value) and 0 <= value < limit, f"{section}.{name}",
-           f"an int in [0, {text})", value)
+           f"an int in [0, 2**{limit.bit_length() - 1})", value)
 
 
 def _check_choice(section: str, name: str, value: str, choices: tuple[str, ...]) -> None:
