@@ -14,6 +14,7 @@ strings reuse the same letters:
     C  search candidates per source (W*V, or the top 2W kept)
     X  a decode buffer's positions (max_len, cache slots)
     G  rows per source (N = B*G: beams or samples reading one memory)
+    P  masked positions predicted per sequence (encoder pretraining's MLM)
 
 A lowercase suffix is a part of the upper-case one: ``x_cD`` is a chunk of c rows of
 ``x_ND``. A name without a suffix is a scalar, or says its shape in its docstring.
