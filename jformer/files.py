@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import tempfile
 import zlib
 from typing import Any
@@ -78,6 +79,19 @@ def write_atomically(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def move_into_place(new: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Renames the folder ``new`` to ``out``, replacing an existing ``out`` (renamed
+    aside first, then deleted): readers see the old folder or the new one, whole."""
+    new, out = os.fspath(new), os.fspath(out)
+    if not os.path.exists(out):
+        os.replace(new, out)
+        return
+    old = new + ".old"
+    os.replace(out, old)
+    os.replace(new, out)
+    shutil.rmtree(old)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

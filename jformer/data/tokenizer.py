@@ -194,6 +194,11 @@ class Tokenizer:
         """Whether source and target have their own sentencepiece models."""
         return self._joint is not None
 
+    def side_vocab_sizes(self) -> dict[str, int]:
+        """Pieces of each side's sentencepiece model (the one model twice when shared)."""
+        models = self._joint.models if self._joint else dict.fromkeys(SIDES, self._sp)
+        return {side: m.GetPieceSize() for side, m in models.items()}
+
     def id_to_piece(self, i: int) -> str:
         return self._joint.pieces[int(i)] if self._joint else self._sp.IdToPiece(int(i))
 

@@ -295,6 +295,11 @@ class JformerConverter(Converter):
             raise FileNotFoundError(f"workdir not found: {workdir}")
         config = files.load_config(workdir)
         check_exportable(config.model)  # before reading any weights
+        if config.data.vocab != "shared":
+            raise ExportError(f"data.vocab={config.data.vocab!r} in {workdir}/config.json: "
+                              "the export ships one sentencepiece model for both sides "
+                              f"({SPM_EXPORT_NAME}); separate source and target models "
+                              "are not exported")
         tokenizer_file = files.tokenizer_path(config.data, workdir)
         tokenizer = Tokenizer.load(tokenizer_file)
         m = config.model
@@ -350,18 +355,9 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
         for name in os.listdir(tmp):
             with open(os.path.join(tmp, name), "rb") as f:
                 os.fsync(f.fileno())
-        _move_into_place(tmp, out)
+        files.move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
 
-
-def _move_into_place(new: str, out: str) -> None:
-    if not os.path.exists(out):
-        os.replace(new, out)
-        return
-    old = new + ".old"
-    os.replace(out, old)
-    os.replace(new, out)
-    shutil.rmtree(old)

@@ -174,12 +174,29 @@ def test_a_field_the_export_does_not_know_is_refused_unless_default(tokenizer):
 
 
 def test_an_activation_ctranslate2_lacks_is_refused_by_name(tokenizer):
-    cfg = variant_config("post_sinusoidal_shared_tied", tokenizer)
-    object.__setattr__(cfg, "activation", "swish")  # a value a later config may allow
-    object.__setattr__(cfg, "positional", "rotary")
+    cfg = dataclasses.replace(variant_config("post_sinusoidal_shared_tied", tokenizer),
+                              activation="swish")
+    object.__setattr__(cfg, "positional", "rotary")  # a value a later config may allow
     with pytest.raises(ct2_export.ExportError,
                        match=r"model\.activation='swish'.*model\.positional='rotary'"):
         ct2_export.check_exportable(cfg)
+
+
+def test_marians_options_are_refused_by_name(tokenizer, tmp_path):
+    cfg = dataclasses.replace(variant_config("post_sinusoidal_shared_tied", tokenizer),
+                              output_bias=True, decoder_start="pad")
+    with pytest.raises(ct2_export.ExportError) as e:
+        ct2_export.check_exportable(cfg)
+    assert "model.output_bias=True" in str(e.value)
+    assert "model.decoder_start='pad'" in str(e.value)
+    workdir = tmp_path / "run"
+    shutil.copytree(LEGACY, workdir)
+    config = json.loads((workdir / "config.json").read_text())
+    config["data"]["vocab"] = "separate"
+    (workdir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ct2_export.ExportError, match=r"data\.vocab='separate'"):
+        ct2_export.export_workdir(workdir, tmp_path / "out")
+    assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
 def test_a_vocabulary_that_does_not_fit_is_refused(tokenizer):
