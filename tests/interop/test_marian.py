@@ -15,8 +15,13 @@ compared with ``transformers``:
   length_penalty=0 (both rank by the plain log-prob sum; HF divides by length**p,
   jformer by the GNMT ((5 + length) / 6)**alpha, equal only at 0), HF
   early_stopping="never" (stop when no alive beam can beat the finished ones, as
-  jformer does), PAD banned on both sides;
-- refusals name the config field or the weight.
+  jformer does), PAD banned on both sides. One rule differs: of the 2W candidates of a
+  step, HF lets only those among the first W finish with EOS, jformer every one
+  (CTranslate2 and fairseq do as HF, docs/interop.md). Where that makes the outputs
+  differ, jformer's hypothesis must score higher under HF's own model;
+- refusals name the config field or the weight;
+- the workdir in use: ``jformer import marian`` then ``Translator.from_checkpoint`` and
+  ``jformer translate`` give HF's translations; train.py fine-tunes it (slow).
 """
 import dataclasses
 import io
