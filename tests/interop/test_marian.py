@@ -20,8 +20,9 @@ compared with ``transformers``:
   (CTranslate2 and fairseq do as HF, docs/interop.md). Where that makes the outputs
   differ, jformer's hypothesis must score higher under HF's own model;
 - refusals name the config field or the weight;
-- the workdir in use: ``jformer import marian`` then ``Translator.from_checkpoint`` and
-  ``jformer translate`` give HF's translations; train.py fine-tunes it (slow).
+- the workdir in use: ``jformer import marian`` then ``Translator.from_checkpoint``,
+  ``jformer translate`` and ``jformer evaluate`` give HF's translations; train.py
+  fine-tunes it (slow).
 """
 import dataclasses
 import io
@@ -267,6 +268,13 @@ def test_the_cli_imports_and_the_workdir_translates(trained, tmp_path, capsys, m
     assert main(["translate", "--workdir", str(workdir), "--method", "greedy",
                  "--max-len", str(MAX_LEN), "--quiet"]) == 0
     assert capsys.readouterr().out.split("\n")[:-1] == want
+    (tmp_path / "src.en").write_text("".join(s + "\n" for s in SOURCES))
+    (tmp_path / "ref.de").write_text("".join(t + "\n" for t in TARGETS))
+    assert main(["evaluate", "--workdir", str(workdir), "--src", str(tmp_path / "src.en"),
+                 "--ref", str(tmp_path / "ref.de"), "--method", "greedy", "--max-len",
+                 str(MAX_LEN), "--hyp-out", str(tmp_path / "hyp.de"), "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("BLEU = ")
+    assert (tmp_path / "hyp.de").read_text().split("\n")[:-1] == want
 
 
 def test_the_cli_names_what_it_refuses(noised, tmp_path, capsys):
