@@ -198,6 +198,39 @@ def test_search_gives_hf_generates_tokens(trained, method, beam, kernels):
         [h.ids.tolist() for h in hyps], skip_special_tokens=True)
 
 
+def test_the_imported_model_exports_to_ctranslate2(noised, tmp_path):
+    """OPUS-MT -> jformer -> CTranslate2: the export's per-token log-probs of the
+    references equal HF's (PAD banned, as both jformer and the export ban it), the
+    pieces coming from the source.spm and target.spm the export ships."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="the CTranslate2 export "
+                                      "needs the export extra: pip install 'jformer[export]'")
+    import sentencepiece as spm
+
+    from jformer.interop.ctranslate2 import export_workdir
+
+    hf_dir, _, workdir = noised["safetensors"]
+    out = export_workdir(workdir, tmp_path / "ct2")
+    assert {"source.spm", "target.spm"} <= set(os.listdir(out))
+    model, hf_tok = load_hf(hf_dir)
+    batch = hf_tok(SOURCES, text_target=TARGETS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits
+    logits[..., model.config.pad_token_id] = -torch.inf
+    log_probs = torch.log_softmax(logits, -1).numpy()
+    pieces = {side: spm.SentencePieceProcessor(model_file=os.path.join(out, f"{side}.spm"))
+              .encode(texts, out_type=str) for side, texts in (("source", SOURCES),
+                                                               ("target", TARGETS))}
+    labels = batch.labels.numpy()
+    for i, row in enumerate(labels):  # the shipped models give HF's pieces
+        ids = row[row != model.config.pad_token_id].tolist()
+        assert pieces["target"][i] + ["</s>"] == hf_tok.convert_ids_to_tokens(ids)
+    translator = ctranslate2.Translator(out, device="cpu", intra_threads=1)
+    for i, r in enumerate(translator.score_batch(pieces["source"], pieces["target"])):
+        n = len(r.log_probs)
+        want = log_probs[i, np.arange(n), labels[i, :n]]
+        np.testing.assert_allclose(r.log_probs, want, atol=1e-4, rtol=0)
+
+
 # ------------------------------------------------------------------ refusals
 
 
