@@ -60,7 +60,8 @@ def import_marian(model_dir: str | os.PathLike, workdir: str | os.PathLike, *,
     model_cfg = model_config(hf, tokenizer)
     params = convert_params(read_weights(model_dir), model_cfg)
     check_params(model_cfg, params)
-    config = Config(model_cfg, _data_config(model_dir, tokenizer, src_lang, tgt_lang),
+    config = Config(model_cfg, _data_config(model_dir, tokenizer, model_cfg.max_len,
+                                            src_lang, tgt_lang),
                     TrainConfig(), DecodeConfig())
     parent = os.path.dirname(workdir)
     os.makedirs(parent, exist_ok=True)
@@ -81,9 +82,10 @@ def import_marian(model_dir: str | os.PathLike, workdir: str | os.PathLike, *,
     return config
 
 
-def _data_config(model_dir: str, tokenizer: Tokenizer, src_lang: str | None,
+def _data_config(model_dir: str, tokenizer: Tokenizer, max_len: int, src_lang: str | None,
                  tgt_lang: str | None) -> DataConfig:
-    """data.vocab="separate" and the languages (arguments, else tokenizer_config.json)."""
+    """data.vocab="separate", the languages (arguments, else tokenizer_config.json) and
+    training lengths within the model's positions (DataConfig's, or model.max_len)."""
     langs = {}
     path = os.path.join(model_dir, TOKENIZER_CONFIG)
     if os.path.isfile(path):
@@ -95,6 +97,8 @@ def _data_config(model_dir: str, tokenizer: Tokenizer, src_lang: str | None,
     langs.update({k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v})
     # data.vocab_size: how many pieces each side's model has (the larger, if they differ);
     # a record of the imported models, which training takes as they are.
+    lengths = dict.fromkeys(("max_source_len", "max_target_len", "pack_len"),
+                            min(DataConfig.max_source_len, max_len))
     return DataConfig(vocab="separate", vocab_size=max(tokenizer.side_vocab_sizes().values()),
-                      **langs)
+                      **lengths, **langs)
 

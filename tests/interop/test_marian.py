@@ -352,7 +352,8 @@ def test_train_py_fine_tunes_the_imported_model(trained, tmp_path):
          "--config.data.demo_num_train=2000", "--config.data.demo_num_eval=40",
          "--config.data.demo_num_test=40", "--config.data.max_tokens=1024",
          f"--config.train.num_steps={steps}", "--config.train.warmup_steps=10",
-         "--config.train.learning_rate_scale=0.1", "--config.train.log_every=1",
+         "--config.train.learning_rate_scale=0.05", "--config.train.label_smoothing=0",
+         "--config.train.log_every=1",
          f"--config.train.eval_every={steps}", "--config.train.checkpoint_every=10",
          "--config.train.eval_bleu_sentences=20"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
