@@ -98,6 +98,7 @@ def test_the_workdir_holds_marians_settings(noised):
     assert m.output_bias and m.tie_output and m.share_embeddings
     assert m.layer_norm_epsilon == 1e-5 and config.data.vocab == "separate"
     assert (config.data.src_lang, config.data.tgt_lang) == ("en", "de")
+    assert config.data.max_source_len == config.data.max_target_len == m.max_len == 64
     assert files.load_config(workdir) == config
     assert sorted(os.listdir(workdir)) == ["checkpoints", "config.json", "source.spm",
                                            "target.spm", "vocab.json"]
