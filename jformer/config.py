@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Any, Mapping
+
+from jformer.units import parse_bytes
 
 POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
 NORM_KINDS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_exact", "swish")
+DECODER_STARTS = ("bos", "pad")
+VOCABS = ("shared", "separate")
 DTYPES = ("float32", "bfloat16")
 KERNELS = ("auto", "plain", "cpu")
 
@@ -30,8 +33,6 @@ def resolve_kernels(kernels: str, platform: str | None = None) -> str:
         platform = jax.default_backend()
     return "cpu" if platform == "cpu" else "plain"
 OVERLONG_POLICIES = ("split", "truncate", "error")
-_BYTE_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
-               "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
 
 
 class ConfigError(ValueError):
@@ -51,22 +52,6 @@ def _is_number(value: Any) -> bool:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def parse_bytes(value: int | str) -> int:
-    """A byte count: an int >= 0, or a string such as "2GB" (10^9), "512MiB" (2^20),
-    "1.5 GB" or "4096"; units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, any case."""
-    if _is_int(value):
-        if value < 0:
-            raise ValueError(f"expected a byte count >= 0; got {value}")
-        return value
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", value)
-        if match and match.group(2).lower() in _BYTE_UNITS:
-            return int(float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()])
-    raise ValueError(f"expected a byte count: an int >= 0 or a string like '2GB' or "
-                     f"'512MiB' (units {', '.join(u for u in _BYTE_UNITS if u)}); got "
-                     f"{value!r}")
 
 
 def _check_rate(section: str, name: str, value: float) -> None:
@@ -114,15 +99,17 @@ class ModelConfig:
     positional: str = "sinusoidal"  # sinusoidal | sinusoidal_concat | learned (paper 3.5)
     max_len: int = 256  # longest sequence the positional table covers
     norm: str = "post"  # post (paper: LayerNorm(x + Sublayer(x))) | pre
-    activation: str = "relu"  # FFN nonlinearity (paper 3.3: ReLU)
+    activation: str = "relu"  # FFN: relu (paper 3.3) | gelu (tanh form) | gelu_exact | swish
     share_embeddings: bool = True  # one embedding for source and target (paper 3.4)
     tie_output: bool = True  # output projection = target embedding^T (paper 3.4)
+    output_bias: bool = False  # a learned bias [V] on tied logits (Marian's final_logits_bias)
     layer_norm_epsilon: float = 1e-6
     dtype: str = "float32"  # compute dtype; parameters stay float32
     kernels: str = "auto"  # plain: stock JAX/Flax ops | cpu: jformer.kernels | auto: by platform
     pad_id: int = 0  # from the tokenizer
-    bos_id: int = 2  # decoder start token, from the tokenizer
+    bos_id: int = 2  # from the tokenizer; -1: the vocabulary has none (Marian's)
     eos_id: int = 3  # from the tokenizer
+    decoder_start: str = "bos"  # the decoder's first input: bos (paper) | pad (Marian)
 
     def __post_init__(self) -> None:
         s = "model"
@@ -136,6 +123,9 @@ class ModelConfig:
         _check_choice(s, "positional", self.positional, POSITIONAL_KINDS)
         _check_choice(s, "norm", self.norm, NORM_KINDS)
         _check_choice(s, "activation", self.activation, ACTIVATIONS)
+        _check_choice(s, "decoder_start", self.decoder_start, DECODER_STARTS)
+        _check(not (self.output_bias and not self.tie_output), f"{s}.output_bias", "False "
+               "with model.tie_output=False (an untied projection has its own bias)", True)
         _check_choice(s, "dtype", self.dtype, DTYPES)
         _check_choice(s, "kernels", self.kernels, KERNELS)
         _check_number(s, "layer_norm_epsilon", self.layer_norm_epsilon, 0, strict=True)
@@ -144,12 +134,19 @@ class ModelConfig:
                    self.d_model)
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         for name, value in ids.items():
-            _check(0 <= value < self.vocab_size, f"{s}.{name}",
-                   f"an id in [0, vocab_size={self.vocab_size})", value)
+            none = name == "bos_id" and value == -1 and self.decoder_start == "pad"
+            _check(none or 0 <= value < self.vocab_size, f"{s}.{name}", f"an id in [0, "
+                   f"vocab_size={self.vocab_size})" + (" (-1, no BOS, needs model.decoder_"
+                   "start='pad')" if name == "bos_id" else ""), value)
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def start_id(self) -> int:
+        """The decoder's first input token: bos_id, or pad_id with decoder_start="pad"."""
+        return self.pad_id if self.decoder_start == "pad" else self.bos_id
 
     @property
     def cpu_kernels(self) -> bool:
@@ -187,12 +184,14 @@ class DataConfig:
     demo_num_train: int = 40000
     demo_num_eval: int = 1000
     demo_num_test: int = 1000
-    # vocabulary (sentencepiece)
-    vocab_size: int = 8000
+    # vocabulary (sentencepiece): shared: one model for both sides (spm.model) | separate:
+    # source.spm + target.spm, their pieces mapped through one joint vocab.json (Marian)
+    vocab: str = "shared"
+    vocab_size: int = 8000  # pieces (with "separate": of each side's model)
     vocab_model_type: str = "bpe"  # bpe | unigram
     vocab_character_coverage: float = 1.0
     vocab_sample_size: int = 1_000_000  # sentences sampled to train the vocabulary (0: all)
-    vocab_path: str = ""  # empty: <workdir>/spm.model, trained if absent
+    vocab_path: str = ""  # empty: <workdir>/spm.model (separate: <workdir>), trained if absent
     # length filtering and batching
     max_source_len: int = 128  # tokens incl. EOS
     max_target_len: int = 128  # tokens incl. EOS
@@ -208,6 +207,7 @@ class DataConfig:
         _check_choice(s, "source", self.source, ("demo", "text", "tfds"))
         _check_choice(s, "text_format", self.text_format, ("text", "tsv"))
         _check_choice(s, "vocab_model_type", self.vocab_model_type, ("bpe", "unigram"))
+        _check_choice(s, "vocab", self.vocab, VOCABS)
         _check_choice(s, "overlong", self.overlong, ("drop", "truncate"))
         for name in ("vocab_size", "max_source_len", "max_target_len", "max_tokens",
                      "pack_len", "demo_num_train", "demo_num_eval", "demo_num_test"):

@@ -4,7 +4,10 @@ A training workdir holds::
 
     config.json        the resolved Config (write_config / load_config)
     spm.model          the sentencepiece model (data.vocab_path overrides it), spm.vocab
-    spm.json           what spm.model was learned from (jformer.data.pipeline)
+    source.spm         with data.vocab="separate" (Marian's layout), instead of spm.model:
+    target.spm           each side's sentencepiece model, and the joint vocabulary that
+    vocab.json           numbers their pieces (data.vocab_path: a folder holding them)
+    spm.json           what the sentencepiece model(s) were learned from (jformer.data.pipeline)
     checkpoints/       orbax checkpoints (jformer.checkpoint)
     metrics.jsonl      one JSON row per log interval or evaluation (jformer.train.progress)
     tensorboard/       TensorBoard events
@@ -28,6 +31,8 @@ from typing import Any
 CONFIG_FILENAME = "config.json"
 SPM_FILENAME = "spm.model"
 SPM_RECORD = "spm.json"
+SEPARATE_SPM = {"source": "source.spm", "target": "target.spm"}  # data.vocab="separate"
+JOINT_VOCAB = "vocab.json"
 CHECKPOINTS_DIRNAME = "checkpoints"
 METRICS_FILENAME = "metrics.jsonl"
 TENSORBOARD_DIRNAME = "tensorboard"
@@ -41,8 +46,21 @@ def checkpoint_dir(workdir: str | os.PathLike) -> str:
 
 
 def tokenizer_path(data_cfg: Any, workdir: str | os.PathLike) -> str:
-    """``data.vocab_path`` when set, else ``<workdir>/spm.model``."""
+    """What ``Tokenizer.load`` reads: ``data.vocab_path`` when set, else
+    ``<workdir>/spm.model``; with data.vocab="separate" a folder (data.vocab_path, else
+    the workdir) holding source.spm, target.spm and vocab.json."""
+    if data_cfg.vocab == "separate":
+        return data_cfg.vocab_path or os.fspath(workdir)
     return data_cfg.vocab_path or os.path.join(os.fspath(workdir), SPM_FILENAME)
+
+
+def tokenizer_files(data_cfg: Any, workdir: str | os.PathLike) -> list[str]:
+    """The files the tokenizer is read from (:func:`tokenizer_path` and, for a folder,
+    the three files in it)."""
+    path = tokenizer_path(data_cfg, workdir)
+    if data_cfg.vocab != "separate":
+        return [path]
+    return [os.path.join(path, name) for name in (*SEPARATE_SPM.values(), JOINT_VOCAB)]
 
 
 def write_atomically(path: str | os.PathLike, data: bytes) -> None:

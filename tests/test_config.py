@@ -187,3 +187,15 @@ def test_decode_sections_of_older_runs_keep_their_overlong_policy():
     assert from_config_dict({}).decode.overlong == "split"
     with pytest.raises(ConfigError, match="decode.overlong"):
         from_config_dict({"decode": {"overlong": "drop"}})
+
+
+def test_the_marian_config_is_the_workdirs_own():
+    """configs/marian.py:<workdir> (fine-tuning an imported model) gives the workdir's
+    config.json, so train.py resumes there instead of refusing another model."""
+    from configs import marian
+    from jformer import files
+
+    legacy = "tests/fixtures/legacy_workdir"
+    assert from_config_dict(marian.get_config(legacy)) == files.load_config(legacy)
+    with pytest.raises(ValueError, match="configs/marian.py:<workdir>"):
+        marian.get_config()

@@ -7,7 +7,9 @@ BLEU) and a one-pass, unshuffled, bucketed batch iterator (for the loss). Packin
 
 The tokenizer is ``data.vocab_path`` when set, else ``<workdir>/spm.model``, trained
 from the train split (source and target sentences, one shared vocabulary) when the file
-does not exist yet. Training writes the file atomically and is deterministic, so hosts
+does not exist yet; with ``data.vocab="separate"``, ``<workdir>/source.spm`` learned from
+the sources, ``target.spm`` from the targets and ``vocab.json`` numbering both
+(:meth:`Tokenizer.train_separate`; data.vocab_path: a folder holding the three). Training writes the file atomically and is deterministic, so hosts
 of a multi-host run that race to create it all end up with the same model. Next to it,
 ``spm.json`` records what it was learned from (:func:`jformer.data.tokenizer.training_record`:
 settings, sentence count, SHA-256 of the sentences); a later run with the train split
@@ -25,7 +27,7 @@ from jformer.config import DataConfig
 from jformer.data import batching, sources
 from jformer.data.ragged import RaggedArray
 from jformer.data.tokenizer import Tokenizer, training_record
-from jformer.files import SPM_RECORD, tokenizer_path, write_atomically
+from jformer.files import SPM_RECORD, tokenizer_files, tokenizer_path, write_atomically
 
 _log = logging.getLogger(__name__)
 
@@ -51,9 +53,22 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
     train). With it, an existing <workdir>/spm.model is checked against its spm.json
     record: learned from other sentences or settings, it is refused (ValueError naming
     the differences). A model without a record (older workdirs) is checked on its size.
+    With data.vocab="separate", the same for source.spm, target.spm and vocab.json, but
+    files without a record (an imported model's, ``jformer import marian``) are taken
+    as they are.
     """
     if data_cfg.vocab_path:
-        return Tokenizer.load(data_cfg.vocab_path)  # FileNotFoundError names the path
+        tokenizer = Tokenizer.load(data_cfg.vocab_path)  # FileNotFoundError names the path
+        if tokenizer.separate != (data_cfg.vocab == "separate"):
+            raise ValueError(
+                f"data.vocab_path={data_cfg.vocab_path!r} holds "
+                f"{'separate source and target models' if tokenizer.separate else 'one model'}"
+                f" but data.vocab={data_cfg.vocab!r}: set data.vocab="
+                f"{'separate' if tokenizer.separate else 'shared'} (a folder of source.spm, "
+                "target.spm and vocab.json is separate; a sentencepiece model file shared)")
+        return tokenizer
+    if data_cfg.vocab == "separate":
+        return _load_or_train_separate(data_cfg, workdir, train_pairs)
     path = tokenizer_path(data_cfg, workdir)
     record_path = os.path.join(os.path.dirname(path), SPM_RECORD)
     if os.path.isfile(path):
@@ -79,8 +94,39 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
                            sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
 
 
+def _load_or_train_separate(data_cfg: DataConfig, workdir: str,
+                            train_pairs: list[sources.Pair] | None) -> Tokenizer:
+    """:func:`load_or_train_tokenizer` for data.vocab="separate" (no data.vocab_path)."""
+    record_path = os.path.join(workdir, SPM_RECORD)
+    present = [os.path.isfile(p) for p in tokenizer_files(data_cfg, workdir)]
+    if all(present):
+        if train_pairs is not None and os.path.isfile(record_path):
+            _check_record(workdir, record_path, _separate_record(data_cfg, train_pairs),
+                          ", ".join(tokenizer_files(data_cfg, workdir)))
+        return Tokenizer.load_separate(workdir)
+    if any(present):
+        raise FileNotFoundError(
+            f"{workdir} holds only some of {', '.join(tokenizer_files(data_cfg, workdir))}: "
+            "delete them to learn new ones, or restore the missing ones")
+    if train_pairs is None:
+        train_pairs = sources.load_split(data_cfg, "train")
+    write_atomically(record_path, (json.dumps(_separate_record(data_cfg, train_pairs),
+                                              indent=1) + "\n").encode())
+    return Tokenizer.train_separate(
+        [s for s, _ in train_pairs], [t for _, t in train_pairs], workdir,
+        data_cfg.vocab_size, model_type=data_cfg.vocab_model_type,
+        character_coverage=data_cfg.vocab_character_coverage,
+        sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
+
+
 def _sentences(pairs: list[sources.Pair]) -> list[str]:
     return [s for s, _ in pairs] + [t for _, t in pairs]
+
+
+def _separate_record(data_cfg: DataConfig, pairs: list[sources.Pair]) -> dict:
+    """Per side, :func:`_record` of its sentences (what train_separate learns from)."""
+    return {side: _record(data_cfg, [pair[i] for pair in pairs])
+            for i, side in enumerate(("source", "target"))}
 
 
 def _record(data_cfg: DataConfig, sentences: list[str]) -> dict:
@@ -95,12 +141,16 @@ _RECORD_NAMES = {"vocab_size": "data.vocab_size", "model_type": "data.vocab_mode
                  "character_coverage": "data.vocab_character_coverage"}
 
 
-def _check_record(model_path: str, record_path: str, now: dict) -> None:
-    """Refuses ``model_path`` unless its saved record equals ``now``."""
+def _check_record(model_path: str, record_path: str, now: dict,
+                  files_desc: str | None = None) -> None:
+    """Refuses ``model_path`` (the files ``files_desc``, when not that one file) unless its
+    saved record equals ``now`` (data.vocab="separate": one record per side)."""
+    sides = {"source", "target"} if set(now) == {"source", "target"} else None
     try:
         with open(record_path, encoding="utf-8") as f:
             saved = json.load(f)
-        if not isinstance(saved, dict) or set(saved) != set(now):
+        if not isinstance(saved, dict) or set(saved) != set(now) or (sides and not all(
+                isinstance(saved[k], dict) and set(saved[k]) == set(now[k]) for k in sides)):
             raise ValueError(f"expected the keys {sorted(now)}")
     except (OSError, ValueError) as e:
         raise ValueError(f"{record_path}: not a readable tokenizer record ({e}); delete it "
@@ -108,6 +158,17 @@ def _check_record(model_path: str, record_path: str, now: dict) -> None:
                          "vocabulary") from None
     if saved == now:
         return
+    diffs = ([f"{k}: {d}" for k in sorted(sides) for d in _record_diffs(saved[k], now[k])]
+             if sides else _record_diffs(saved, now))
+    raise ValueError(
+        f"{model_path} was learned from another corpus or settings than this run's: "
+        f"{'; '.join(diffs)}. Use another workdir, delete {files_desc or model_path} and "
+        f"{record_path} to learn a new vocabulary, or keep this one as it is with "
+        f"--config.data.vocab_path={model_path}")
+
+
+def _record_diffs(saved: dict, now: dict) -> list[str]:
+    """What differs between two records of :func:`_record`, in config terms."""
     diffs = [f"{name} {saved[key]!r} -> {now[key]!r}" for key, name in _RECORD_NAMES.items()
              if saved[key] != now[key]]
     if (saved["sentences"], saved["sha256"]) != (now["sentences"], now["sha256"]):
@@ -115,11 +176,7 @@ def _check_record(model_path: str, record_path: str, now: dict) -> None:
                      f"{saved['sha256'][:12]}) -> ({now['sentences']:,}, sha256 "
                      f"{now['sha256'][:12]}) (another corpus, or data.vocab_sample_size / "
                      "data.seed drew another sample)")
-    raise ValueError(
-        f"{model_path} was learned from another corpus or settings than this run's: "
-        f"{'; '.join(diffs)}. Use another workdir, delete {model_path} and {record_path} "
-        f"to learn a new vocabulary, or keep this one as it is with "
-        f"--config.data.vocab_path={model_path}")
+    return diffs
 
 
 def batch_options(data_cfg: DataConfig, *, pad_id: int, train: bool, num_devices: int = 1,
@@ -158,8 +215,10 @@ def encode_pairs(tokenizer: Tokenizer, pairs: list[sources.Pair], chunk: int = E
     sides: tuple[list[RaggedArray], list[RaggedArray]] = ([], [])
     for start in range(0, len(pairs), chunk):
         part = pairs[start:start + chunk]
-        for side, texts in zip(sides, ([s for s, _ in part], [t for _, t in part])):
-            side.append(RaggedArray.from_rows(tokenizer.encode_lists(texts, add_eos=True)))
+        for rows, name, texts in zip(sides, ("source", "target"),
+                                     ([s for s, _ in part], [t for _, t in part])):
+            rows.append(RaggedArray.from_rows(tokenizer.encode_lists(texts, add_eos=True,
+                                                                     side=name)))
     return RaggedArray.concatenate(sides[0]), RaggedArray.concatenate(sides[1])
 
 

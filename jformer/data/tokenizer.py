@@ -1,6 +1,12 @@
-"""Subword tokenizer: a thin, validated wrapper around a sentencepiece model.
+"""Subword tokenizer: a thin, validated wrapper around sentencepiece.
 
-One vocabulary is shared by source and target (paper 5.1). Models are trained with
+Shared (``data.vocab = "shared"``): one model and its ids for source and target (paper
+5.1). Separate (``"separate"``, Marian's layout): a source and a target model whose
+pieces one joint vocabulary numbers (:mod:`jformer.data.joint_vocab`); ``encode`` reads
+the source side and ``decode`` writes the target side unless told ``side=``. Both kinds
+have one interface, so the Translator, the data pipeline and the server need no special
+case; :meth:`Tokenizer.load` tells them apart (a model file, or a folder holding
+source.spm, target.spm and vocab.json). Models are trained with
 ``pad_id=0, unk_id=1, bos_id=2, eos_id=3`` and byte fallback, so no input is ever out of
 vocabulary (unknown characters become UTF-8 byte pieces); the ids are nevertheless read
 back from the loaded model, never assumed.
@@ -22,6 +28,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from jformer import files
+from jformer.data import joint_vocab
+from jformer.data.joint_vocab import SIDES, JointVocab
 from jformer.files import write_atomically
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # used only when training a model
@@ -64,12 +73,15 @@ def training_record(sentences: Sequence[str], vocab_size: int, model_type: str =
 
 
 class Tokenizer:
-    """A loaded sentencepiece model. Build with :meth:`train` or :meth:`load`."""
+    """A loaded sentencepiece model, or two through a joint vocabulary (``joint``).
+    Build with :meth:`train`, :meth:`train_separate` or :meth:`load`."""
 
-    def __init__(self, processor: spm.SentencePieceProcessor, path: str = ""):
-        self._sp = processor
+    def __init__(self, processor: spm.SentencePieceProcessor, path: str = "", *,
+                 joint: JointVocab | None = None):
+        self._sp = processor  # the shared model, or the source side's
+        self._joint = joint
         self.path = path
-        if self._sp.eos_id() < 0 or self._sp.pad_id() < 0:
+        if joint is None and (self._sp.eos_id() < 0 or self._sp.pad_id() < 0):
             raise ValueError(f"sentencepiece model {path or '<memory>'} must define EOS and "
                              f"PAD ids; got eos_id={self._sp.eos_id()}, "
                              f"pad_id={self._sp.pad_id()}")
@@ -77,7 +89,11 @@ class Tokenizer:
     # ------------------------------------------------------------------ construction
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Tokenizer":
+        """A sentencepiece model file, or a folder with source.spm, target.spm and
+        vocab.json (``files.tokenizer_path`` gives the one a workdir uses)."""
         path = os.fspath(path)
+        if os.path.isdir(path):
+            return cls.load_separate(path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"sentencepiece model not found: {path}")
         processor = spm.SentencePieceProcessor()
@@ -91,8 +107,9 @@ class Tokenizer:
     def train(cls, sentences: Iterable[str], model_prefix: str | os.PathLike,
               vocab_size: int, model_type: str = "bpe", character_coverage: float = 1.0,
               sample_size: int = 1_000_000, seed: int = 0, hard_vocab_limit: bool = True,
-              num_threads: int | None = None) -> "Tokenizer":
-        """Trains a model on ``sentences`` and writes ``<model_prefix>.model`` / ``.vocab``.
+              num_threads: int | None = None, suffix: str = ".model") -> "Tokenizer":
+        """Trains a model on ``sentences`` and writes ``<model_prefix><suffix>`` and
+        ``<model_prefix>.vocab`` (its pieces and scores, for reading).
 
         Deterministic (the same bytes for the same input): at most ``sample_size`` sentences
         are drawn with ``seed`` (kept in corpus order) and fed in memory through
@@ -116,63 +133,106 @@ class Tokenizer:
         model_bytes = _run_trainer(corpus, vocab_size, model_type, character_coverage, seed,
                                    hard_vocab_limit, num_threads or _default_threads())
         model_prefix = os.fspath(model_prefix)
-        write_atomically(model_prefix + ".model", model_bytes)
-        tokenizer = cls.load(model_prefix + ".model")
+        write_atomically(model_prefix + suffix, model_bytes)
+        tokenizer = cls.load(model_prefix + suffix)
         vocab = "".join(f"{tokenizer.id_to_piece(i)}\t{tokenizer._sp.GetScore(i)}\n"
                         for i in range(tokenizer.vocab_size))
         write_atomically(model_prefix + ".vocab", vocab.encode("utf-8"))  # for reading
-        _log.info("trained %s tokenizer %s.model: %d pieces from %d sentences", model_type,
-                  model_prefix, tokenizer.vocab_size, len(corpus))
+        _log.info("trained %s tokenizer %s%s: %d pieces from %d sentences", model_type,
+                  model_prefix, suffix, tokenizer.vocab_size, len(corpus))
         return tokenizer
+
+    @classmethod
+    def load_separate(cls, folder: str | os.PathLike) -> "Tokenizer":
+        """Source and target models and their joint vocabulary, from ``folder`` (a
+        workdir with data.vocab="separate", or a Hugging Face Marian model folder)."""
+        folder = os.fspath(folder)
+        models = joint_vocab.load_models(folder, files.SEPARATE_SPM)
+        ids = joint_vocab.read_vocab_json(os.path.join(folder, files.JOINT_VOCAB))
+        return cls(models["source"], folder, joint=JointVocab(ids, models))
+
+    @classmethod
+    def train_separate(cls, source: Sequence[str], target: Sequence[str],
+                       folder: str | os.PathLike, vocab_size: int, **options) -> "Tokenizer":
+        """Trains a source and a target model (each as :meth:`train`, ``vocab_size``
+        pieces, the same ``options``) and numbers their pieces in one vocab.json
+        (:func:`joint_vocab.joint_ids`), all in ``folder``."""
+        folder = os.fspath(folder)
+        sides = {}
+        for side, sentences in zip(SIDES, (source, target)):
+            prefix, suffix = os.path.splitext(os.path.join(folder, files.SEPARATE_SPM[side]))
+            sides[side] = cls.train(sentences, prefix, vocab_size, suffix=suffix, **options)
+        ids = joint_vocab.joint_ids(*([t.id_to_piece(i) for i in range(t.vocab_size)]
+                                      for t in sides.values()))
+        files.write_json(os.path.join(folder, files.JOINT_VOCAB), ids)
+        return cls.load_separate(folder)
 
     # ------------------------------------------------------------------ special ids
     @property
     def pad_id(self) -> int:
-        return self._sp.pad_id()
+        return self._joint.pad_id if self._joint else self._sp.pad_id()
 
     @property
     def unk_id(self) -> int:
-        return self._sp.unk_id()
+        return self._joint.unk_id if self._joint else self._sp.unk_id()
 
     @property
     def bos_id(self) -> int:
-        return self._sp.bos_id()
+        """BOS, or -1 if the vocabulary has none (Marian's: its decoder starts from PAD)."""
+        return self._joint.bos_id if self._joint else self._sp.bos_id()
 
     @property
     def eos_id(self) -> int:
-        return self._sp.eos_id()
+        return self._joint.eos_id if self._joint else self._sp.eos_id()
 
     @property
     def vocab_size(self) -> int:
-        return self._sp.vocab_size()
+        return len(self._joint.pieces) if self._joint else self._sp.vocab_size()
+
+    @property
+    def separate(self) -> bool:
+        """Whether source and target have their own sentencepiece models."""
+        return self._joint is not None
+
+    def side_vocab_sizes(self) -> dict[str, int]:
+        """Pieces of each side's sentencepiece model (the one model twice when shared)."""
+        models = self._joint.models if self._joint else dict.fromkeys(SIDES, self._sp)
+        return {side: m.GetPieceSize() for side, m in models.items()}
 
     def id_to_piece(self, i: int) -> str:
-        return self._sp.IdToPiece(int(i))
+        return self._joint.pieces[int(i)] if self._joint else self._sp.IdToPiece(int(i))
 
     # ------------------------------------------------------------------ encode / decode
     def encode(self, texts: Sequence[str], add_eos: bool = True,
-               num_threads: int | None = None) -> list[np.ndarray]:
-        """Batched encoding: one int32 [len] array per text (EOS appended if add_eos)."""
-        ids = self.encode_lists(texts, add_eos, num_threads)
+               num_threads: int | None = None, *, side: str = "source") -> list[np.ndarray]:
+        """Batched encoding: one int32 [len] array per text (EOS appended if add_eos).
+        ``side``: "source" or "target" (which model segments, when they are separate)."""
+        ids = self.encode_lists(texts, add_eos, num_threads, side=side)
         return [np.asarray(row, dtype=np.int32) for row in ids]
 
     def encode_lists(self, texts: Sequence[str], add_eos: bool = True,
-                     num_threads: int | None = None) -> list[list[int]]:
+                     num_threads: int | None = None, *, side: str = "source"
+                     ) -> list[list[int]]:
         """Like :meth:`encode` but returns plain lists (what sentencepiece gives back)."""
+        _check_side(side)
         if isinstance(texts, str):
             raise ValueError("texts must be a sequence of strings, not one string")
         texts = list(texts)
         if not texts:
             return []
-        return self._sp.Encode(texts, out_type=int, add_eos=add_eos,
-                               num_threads=num_threads or _default_threads())
+        threads = num_threads or _default_threads()
+        if self._joint:
+            return self._joint.encode(texts, side, add_eos, threads)
+        return self._sp.Encode(texts, out_type=int, add_eos=add_eos, num_threads=threads)
 
     def decode(self, rows: Sequence[Sequence[int]] | np.ndarray,
-               num_threads: int | None = None) -> list[str]:
+               num_threads: int | None = None, *, side: str = "target") -> list[str]:
         """Decodes id rows (a list of sequences or an int [batch, len] array).
 
-        Each row is cut at its first EOS; PAD and BOS ids are dropped.
+        Each row is cut at its first EOS; PAD and BOS ids are dropped. ``side``: whose
+        model joins the pieces, when source and target have their own.
         """
+        _check_side(side)
         if isinstance(rows, np.ndarray):
             if rows.ndim != 2:
                 raise ValueError(f"rows must be an int [batch, len] array; got shape "
@@ -182,7 +242,11 @@ class Tokenizer:
             cleaned = [self._clean_2d(_row(r))[0] for r in rows]
         if not cleaned:
             return []
-        return self._sp.Decode(cleaned, num_threads=num_threads or _default_threads())
+        threads = num_threads or _default_threads()
+        if self._joint:
+            return self._joint.models[side].Decode(self._joint.to_spm(cleaned, side),
+                                                   num_threads=threads)
+        return self._sp.Decode(cleaned, num_threads=threads)
 
     def _clean_2d(self, ids_BL: np.ndarray) -> list[list[int]]:
         """Rows of ids_BL [batch, len] cut before the first EOS, without PAD/BOS."""
@@ -197,6 +261,11 @@ class Tokenizer:
         flat = ids_BL[keep_BL].astype(np.int64).tolist()
         ends = np.cumsum(keep_BL.sum(axis=1)).tolist()
         return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+
+
+def _check_side(side: str) -> None:
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}; got {side!r}")
 
 
 def _row(ids: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -66,7 +66,7 @@ def attention_weights(translator: Translator, sentence: str
         for i in range(num_layers):
             (w_1HLM,) = tree[stack][f"layer_{i}"][kind]["attention_weights"]
             weights[(stack, i, kind)] = np.asarray(w_1HLM[0], np.float32)
-    decoder_in_T = np.asarray(shift_right(targets_1T, cfg.bos_id))[0]
+    decoder_in_T = np.asarray(shift_right(targets_1T, cfg.start_id))[0]
     pieces = lambda ids: [tok.id_to_piece(int(i)) for i in ids]  # noqa: E731
     labels = {"source": pieces(source_S), "decoder_in": pieces(decoder_in_T),
               "output": pieces(output_T)}

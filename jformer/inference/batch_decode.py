@@ -76,8 +76,9 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
     of a cache with N rows. A "cpu" slot-addressed cache (``init_decode_state(...,
     beam_size=W)``) takes N = B*W rows and goes to beam search with
     ``reorder=``:func:`reorder_beam_state`.
-    PAD and BOS are never valid outputs, so their logits are set to NEG_INF (a generated
-    PAD would vanish from the text and be masked as padding by teacher forcing).
+    PAD and BOS are never valid outputs, so their logits are set to NEG_INF before the
+    softmax (a generated PAD would vanish from the text and be masked as padding by
+    teacher forcing; a vocabulary without BOS, bos_id -1, bans PAD alone).
     Rows whose ``valid_B`` is False (batch padding) get logits that force EOS.
     ``output_DV``: :func:`output_matrix` of the params ("cpu" kernels).
     """
@@ -150,7 +151,8 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
                             spec.beam_size if slots else None)
     step_fn, state = make_step_fn(model, params, cache, valid_B, output_DV)
-    ids = dict(bos_id=model_cfg.bos_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
+    # The searches' first input: BOS, or PAD under model.decoder_start="pad" (Marian).
+    ids = dict(bos_id=model_cfg.start_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
     common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
                   chunk_size=spec.chunk_size, min_len=spec.min_len, kernels=kernels, **ids)
     if spec.method == "beam":

@@ -71,7 +71,7 @@ def rotation_commuting_projection(d_model: int, seed: int = 0) -> np.ndarray:
 
 
 def packed_example(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], num_pairs: int = 3,
-                   pad: int = 3) -> dict:
+                   pad: int = 3, start_id: int | None = None) -> dict:
     """The ``num_pairs`` shortest of ``pairs`` packed into one row, and its masks.
 
     Packing is jformer.data's (first_fit, packed_batch); the row is ``pad`` or more
@@ -79,12 +79,13 @@ def packed_example(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], num_p
     (int32 [1, pack_len] arrays), ``masks``: {name: bool [queries, keys]} for "padding"
     (real query and key, what an unpacked batch uses), "encoder", "decoder" and "cross"
     (the masks the model builds from the packed batch), and the pieces of the source,
-    the targets and the decoder inputs.
+    the targets and the decoder inputs. ``start_id``: the decoder's first input
+    (``ModelConfig.start_id``; default the tokenizer's BOS).
     """
     if len(pairs) < num_pairs:
         raise ValueError(f"need at least {num_pairs} pairs; got {len(pairs)}")
     src_rows = tokenizer.encode_lists([s for s, _ in pairs], add_eos=True)
-    tgt_rows = tokenizer.encode_lists([t for _, t in pairs], add_eos=True)
+    tgt_rows = tokenizer.encode_lists([t for _, t in pairs], add_eos=True, side="target")
     longest = [max(len(s), len(t)) for s, t in zip(src_rows, tgt_rows)]
     chosen = sorted(np.argsort(longest, kind="stable")[:num_pairs].tolist())
     src = RaggedArray.from_rows([src_rows[i] for i in chosen])
@@ -96,7 +97,8 @@ def packed_example(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], num_p
     inputs, targets = batch["inputs"], batch["targets"]
     src_valid, tgt_valid = inputs != tokenizer.pad_id, targets != tokenizer.pad_id
     # The decoder reads BOS, then the targets shifted right, BOS again at each pair's start.
-    decoder_in = np.where(batch["targets_position"] == 0, tokenizer.bos_id,
+    start_id = tokenizer.bos_id if start_id is None else start_id
+    decoder_in = np.where(batch["targets_position"] == 0, start_id,
                           np.roll(targets, 1, axis=1))
     decoder_in = np.where(tgt_valid, decoder_in, tokenizer.pad_id)
     return {
@@ -323,7 +325,8 @@ def _model_figures(translator, sentence: str, out) -> tuple[list[str], list[str]
 
     tok = translator.tokenizer
     pairs = demo_corpus.generate(0, 0, 100, 0)["eval"]
-    paths = [plot_masks(packed_example(tok, pairs), out("masks.png"))]
+    paths = [plot_masks(packed_example(tok, pairs, start_id=translator.model_cfg.start_id),
+                        out("masks.png"))]
     panels = embedding_panels(tok, _token_embedding(translator))
     paths.append(plot_embeddings(panels, out("embeddings_pca.png")))
     findings = []

@@ -12,22 +12,30 @@
 What the spec holds, and why each part computes what jformer computes:
 
 - Layers: post-LN or pre-LN (``pre_norm``; pre-LN has a final LayerNorm per stack),
-  ReLU or GELU (Flax's ``nn.gelu`` is the tanh approximation: ``GELUTanh``), and
-  ``model.layer_norm_epsilon`` in the model's config.json (CTranslate2's default is 1e-5).
+  ReLU, GELU (Flax's ``nn.gelu`` is the tanh approximation: ``GELUTanh``; ``gelu_exact``
+  is ``GELU``) or swish (``SWISH``), and ``model.layer_norm_epsilon`` in the model's
+  config.json (CTranslate2's default is 1e-5).
 - Positions: jformer's own table, stored as ``position_encodings/encodings`` [max_len, D]
   (sinusoidal interleaved, sinusoidal_concat, or the learned table). CTranslate2's
   built-in sinusoid has another layout (concatenated), start position (1) and
   frequencies (10000^(-i/(D/2-1))). Beyond max_len CTranslate2 raises an error, as
   jformer has no position there either.
 - Embeddings scaled by sqrt(d_model) (``scale_embeddings``); shared or separate source
-  and target tables; the output projection is the target embedding (tied) or its own.
+  and target tables; the output projection is the target embedding (tied, with
+  ``model.output_bias`` as its bias: Marian's final_logits_bias) or its own.
 - Attention: jformer's fused kernels [D, 3, H, K] (self) and [D, 2, H, K] (cross K/V)
   are CTranslate2's fused linears [3*H*K, D] and [2*H*K, D] (out x in; Q, K, V in
   that order, head-major inside each). Keys have no bias in jformer: theirs is zero.
 - Vocabulary: the sentencepiece pieces in id order, for source and target, and the
   sentencepiece model itself as ``spm.model``. Sources end with EOS and have no BOS
-  (``add_source_eos``); the decoder starts from the BOS piece (``decoder_start_token``).
-- PAD and BOS are never generated: jformer's step function sets their logits to -1e9.
+  (``add_source_eos``); the decoder starts from the piece of ``model.start_id``
+  (``decoder_start_token``: BOS, or PAD with ``model.decoder_start="pad"`` as in Marian).
+  With separate source and target models (``data.vocab="separate"``, an imported
+  OPUS-MT model) the vocabulary is the joint one (vocab.json's pieces in id order) and
+  the output holds source.spm and target.spm instead: segment with the first, join
+  CTranslate2's output pieces with the second.
+- PAD and BOS (if the vocabulary has one) are never generated: jformer's step function
+  sets their logits to -1e9.
   The export adds :data:`BANNED_LOGIT` to them through the output projection's bias,
   so every CTranslate2 search (greedy, beam, sampling) excludes them without options.
   Their probability is exactly 0 in float32 either way, so the log-probs (and scores)
@@ -62,7 +70,9 @@ from jformer.types import PyTree
 # finite in float16 (-1e9, jformer's own mask value, would overflow to -inf there).
 BANNED_LOGIT = -1e4
 ACTIVATIONS = {"relu": common_spec.Activation.RELU,
-               "gelu": common_spec.Activation.GELUTanh}  # flax nn.gelu: approximate=True
+               "gelu": common_spec.Activation.GELUTanh,  # flax nn.gelu: approximate=True
+               "gelu_exact": common_spec.Activation.GELU,  # erf
+               "swish": common_spec.Activation.SWISH}
 POSITIONALS = ("sinusoidal", "sinusoidal_concat", "learned")
 # ModelConfig fields the spec expresses; the next ones do not change what inference
 # computes in float32 (dropout; the compute dtype; the kernel switch computes the same
@@ -70,7 +80,8 @@ POSITIONALS = ("sinusoidal", "sinusoidal_concat", "learned")
 EXPORTED_FIELDS = frozenset({
     "vocab_size", "d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
     "d_ff", "positional", "max_len", "norm", "activation", "share_embeddings",
-    "tie_output", "layer_norm_epsilon", "pad_id", "bos_id", "eos_id"})
+    "tie_output", "output_bias", "layer_norm_epsilon", "pad_id", "bos_id", "eos_id",
+    "decoder_start"})
 INFERENCE_NEUTRAL_FIELDS = frozenset({
     "dropout_rate", "attention_dropout_rate", "relu_dropout_rate", "dtype", "kernels"})
 SPM_EXPORT_NAME = "spm.model"
@@ -182,11 +193,13 @@ def _output_projection(cfg: ModelConfig, params: PyTree,
                        target_VD: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(weight [V, D], bias [V]) of the logits, PAD and BOS pushed to BANNED_LOGIT."""
     if cfg.tie_output:
-        weight_VD, bias_V = target_VD, np.zeros(cfg.vocab_size, np.float32)
+        weight_VD = target_VD
+        bias_V = (_f32(params["decoder"]["output_bias"]) if cfg.output_bias
+                  else np.zeros(cfg.vocab_size, np.float32))
     else:
         p = params["decoder"]["output_projection"]
         weight_VD, bias_V = np.asarray(p["kernel"]).T, _f32(p["bias"])
-    bias_V[[cfg.pad_id, cfg.bos_id]] += BANNED_LOGIT
+    bias_V[[i for i in (cfg.pad_id, cfg.bos_id) if i >= 0]] += BANNED_LOGIT
     return weight_VD, bias_V
 
 
@@ -250,8 +263,10 @@ def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[s
     _set_decoder(spec.decoder, cfg, params, target_VD)
     c = spec.config
     c.layer_norm_epsilon = float(cfg.layer_norm_epsilon)
-    c.bos_token, c.eos_token = vocabulary[cfg.bos_id], vocabulary[cfg.eos_id]
-    c.decoder_start_token = vocabulary[cfg.bos_id]
+    c.eos_token = vocabulary[cfg.eos_id]
+    if cfg.bos_id >= 0:  # else CTranslate2's default, unused: no source BOS, own start
+        c.bos_token = vocabulary[cfg.bos_id]
+    c.decoder_start_token = vocabulary[cfg.start_id]
     c.add_source_bos, c.add_source_eos = False, True
     c.unk_token = vocabulary[unk_id]
     spec.register_source_vocabulary(vocabulary)
@@ -274,7 +289,9 @@ class JformerConverter(Converter):
 
     Build it from a training workdir with :meth:`from_workdir`, or from a model in
     memory: config, params, the piece of every id and the unknown id (optionally the
-    sentencepiece model file, copied into the output as ``spm.model``).
+    sentencepiece model file, copied into the output as ``spm.model``, or the folder of
+    separate models, whose source.spm and target.spm are copied: what
+    ``files.tokenizer_path`` gives).
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, vocabulary: Sequence[str],
@@ -321,7 +338,10 @@ class JformerConverter(Converter):
     def _load(self) -> transformer_spec.TransformerSpec:
         spec = transformer_spec_of(self.model_cfg, self.params, self.vocabulary,
                                    self.unk_id)
-        if self.tokenizer_file:
+        if self.tokenizer_file and os.path.isdir(self.tokenizer_file):  # separate models
+            for name in files.SEPARATE_SPM.values():
+                spec.register_file(os.path.join(self.tokenizer_file, name), name)
+        elif self.tokenizer_file:
             spec.register_file(self.tokenizer_file, SPM_EXPORT_NAME)
         if self._quantization in ("bfloat16", "int8_bfloat16"):
             _to_bfloat16(spec)

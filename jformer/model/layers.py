@@ -42,8 +42,17 @@ def dropout(cfg: ModelConfig, rate: float) -> nn.Module:
     return kernels.Dropout(rate) if cfg.cpu_kernels else nn.Dropout(rate)
 
 
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "relu": nn.relu,  # paper 3.3
+    "gelu": nn.gelu,  # Flax's default: the tanh approximation (BERT's, GPT's)
+    "gelu_exact": lambda x: nn.gelu(x, approximate=False),  # x * Phi(x), through erf
+    "swish": nn.swish,  # x * sigmoid(x), also called SiLU (Marian, OPUS-MT)
+}
+
+
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2); GELU optional. [B, L, D] -> [B, L, D]."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2), or another ``cfg.activation``
+    (:data:`ACTIVATIONS`) in place of max(0, .). [B, L, D] -> [B, L, D]."""
 
     cfg: ModelConfig
 
@@ -53,7 +62,7 @@ class FeedForward(nn.Module):
         product = {"dot_general": kernels.dense_dot_general} if cfg.cpu_kernels else {}
         h_BLF = nn.Dense(cfg.d_ff, dtype=dtype, kernel_init=_DENSE_INIT, name="wi",
                          **product)(x_BLD)
-        h_BLF = nn.relu(h_BLF) if cfg.activation == "relu" else nn.gelu(h_BLF)
+        h_BLF = ACTIVATIONS[cfg.activation](h_BLF)
         h_BLF = dropout(cfg, cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
         return nn.Dense(cfg.d_model, dtype=dtype, kernel_init=_DENSE_INIT, name="wo",
                         **product)(h_BLF)

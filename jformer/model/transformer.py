@@ -7,7 +7,8 @@
     logits_BV, cache = model.apply(v, tokens_B, step, cache, method=Transformer.decode_step)
 
 Token ids: int32, ``cfg.pad_id`` marks padding; targets end with EOS and carry no BOS
-(the decoder input is the targets shifted right behind ``cfg.bos_id``).
+(the decoder input is the targets shifted right behind ``cfg.start_id``: BOS, or PAD
+with ``decoder_start="pad"`` as in Marian).
 """
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ from jformer.model.layers import (DecoderLayer, EncoderLayer, check_same_shape, 
 from jformer.types import Array
 
 
-def shift_right(targets_BT: Array, bos_id: int, targets_position_BT: Array | None = None) -> Array:
-    """Decoder inputs: BOS, then targets[:-1]; with packing, BOS at every segment start."""
+def shift_right(targets_BT: Array, start_id: int,
+                targets_position_BT: Array | None = None) -> Array:
+    """Decoder inputs: the start token (``ModelConfig.start_id``), then targets[:-1]; with
+    packing, the start token at every segment start."""
     shifted = jnp.concatenate(
-        [jnp.full_like(targets_BT[:, :1], bos_id), targets_BT[:, :-1]], axis=1)
+        [jnp.full_like(targets_BT[:, :1], start_id), targets_BT[:, :-1]], axis=1)
     if targets_position_BT is not None:
-        shifted = jnp.where(targets_position_BT == 0, bos_id, shifted)
+        shifted = jnp.where(targets_position_BT == 0, start_id, shifted)
     return shifted
 
 
@@ -103,7 +106,8 @@ class Encoder(_Stack):
 
 
 class Decoder(_Stack):
-    """N decoder layers and the output projection (tied to the embedding by default)."""
+    """N decoder layers and the output projection (tied to the embedding by default; a
+    tied one may add a learned bias, ``output_bias``: Marian's final_logits_bias)."""
 
     def setup(self):
         super().setup()
@@ -112,11 +116,15 @@ class Decoder(_Stack):
         if not cfg.tie_output:
             self.output_projection = nn.Dense(cfg.vocab_size, dtype=dtype_of(cfg),
                                               kernel_init=nn.initializers.xavier_uniform())
+        if cfg.output_bias:
+            self.output_bias = self.param("output_bias", nn.initializers.zeros,
+                                          (cfg.vocab_size,))
 
     def output_layer(self) -> tuple[Array, Array | None]:
         """The output projection as (weights [V, D] in the compute dtype, float32 bias [V] | None)."""
         if self.cfg.tie_output:
-            return self.embed.embedding.astype(dtype_of(self.cfg)), None
+            return (self.embed.embedding.astype(dtype_of(self.cfg)),
+                    self.output_bias if self.cfg.output_bias else None)
         p = self.output_projection.variables["params"]
         return p["kernel"].T.astype(dtype_of(self.cfg)), p["bias"]
 
@@ -128,13 +136,15 @@ class Decoder(_Stack):
         None: the embedding itself.
         """
         y_BLD = self.finish(y_BLD)
-        if self.cfg.tie_output and output_DV is not None:
+        if not self.cfg.tie_output:
+            return self.output_projection(y_BLD).astype(jnp.float32)
+        if output_DV is not None:
             dtype = dtype_of(self.cfg)
-            return jnp.einsum("BLD,DV->BLV", y_BLD.astype(dtype), output_DV.astype(dtype),
-                              preferred_element_type=jnp.float32)
-        if self.cfg.tie_output:
-            return self.embed.attend(y_BLD)
-        return self.output_projection(y_BLD).astype(jnp.float32)
+            logits_BLV = jnp.einsum("BLD,DV->BLV", y_BLD.astype(dtype), output_DV.astype(dtype),
+                                    preferred_element_type=jnp.float32)
+        else:
+            logits_BLV = self.embed.attend(y_BLD)
+        return logits_BLV + self.output_bias if self.cfg.output_bias else logits_BLV
 
     def __call__(self, encoded_BSD: Array, inputs_BS: Array, targets_BT: Array,
                  inputs_segmentation_BS: Array | None = None,
@@ -151,8 +161,8 @@ class Decoder(_Stack):
         cross_mask = masks.cross_mask(targets_BT, inputs_BS, cfg.pad_id,
                                       targets_segmentation_BT, inputs_segmentation_BS)
         positions_BT = _positions(targets_BT, targets_position_BT, targets_segmentation_BT)
-        # BOS wherever a position is 0: every segment start of a packed row
-        decoder_in_BT = shift_right(targets_BT, cfg.bos_id, positions_BT)
+        # the start token wherever a position is 0: every segment start of a packed row
+        decoder_in_BT = shift_right(targets_BT, cfg.start_id, positions_BT)
         y_BTD = self.embed_tokens(decoder_in_BT, positions_BT, deterministic)
         for layer in self.layers:
             y_BTD = layer(y_BTD, encoded_BSD, self_mask, cross_mask, deterministic)

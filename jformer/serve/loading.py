@@ -33,9 +33,9 @@ class ModelSource:
         """Fails fast, before the server binds its port, on a missing workdir, config,
         tokenizer or checkpoint folder (FileNotFoundError / ValueError naming it)."""
         config = files.load_config(self.workdir)  # names a missing or bad config.json
-        tokenizer = files.tokenizer_path(config.data, self.workdir)
-        if not os.path.isfile(tokenizer):
-            raise FileNotFoundError(f"tokenizer not found: {tokenizer}")
+        for tokenizer in files.tokenizer_files(config.data, self.workdir):
+            if not os.path.isfile(tokenizer):
+                raise FileNotFoundError(f"tokenizer not found: {tokenizer}")
         directory = self.checkpoint_dir or files.checkpoint_dir(self.workdir)
         if not os.path.isdir(directory):
             raise FileNotFoundError(f"no checkpoint directory at {directory}")

@@ -40,10 +40,18 @@ class TrainState:
 def create_train_state(model: Transformer, tx: optax.GradientTransformation, seed: int,
                        example_batch: dict) -> TrainState:
     """Initialises parameters (float32) and optimizer state on the default device."""
-    init_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(seed))
+    init_rng = jax.random.split(jax.random.PRNGKey(seed))[0]
     inputs = jnp.asarray(example_batch["inputs"][:1])
     targets = jnp.asarray(example_batch["targets"][:1])
     params = jax.jit(model.init)(init_rng, inputs, targets)["params"]
+    return train_state_of(params, tx, seed)
+
+
+def train_state_of(params: PyTree, tx: optax.GradientTransformation, seed: int) -> TrainState:
+    """Step 0 of training ``params``: a fresh optimizer state, and the dropout key that
+    :func:`create_train_state` derives from ``seed`` (e.g. for imported weights)."""
+    dropout_rng = jax.random.split(jax.random.PRNGKey(seed))[1]
+    params = jax.tree.map(jnp.asarray, params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                       rng=jax.random.key_data(dropout_rng))
 

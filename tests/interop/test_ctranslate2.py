@@ -92,7 +92,28 @@ def jformer_log_probs(cfg: ModelConfig, params, sources, targets) -> list[np.nda
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_teacher_forced_log_probs_equal_jformers(variant, tokenizer, tmp_path):
     cfg = variant_config(variant, tokenizer)
+    assert_teacher_forced_log_probs_equal(cfg, perturbed_params(cfg), tokenizer, tmp_path)
+
+
+# Marian's (OPUS-MT, jformer import marian) options: swish or exact GELU, a bias on the
+# tied output, the decoder starting from PAD in a vocabulary without BOS (id 2 is then an
+# ordinary piece, generated and scored like any other).
+MARIAN_OPTIONS = {
+    "marian": dict(activation="swish", output_bias=True, decoder_start="pad", bos_id=-1,
+                   positional="sinusoidal_concat", layer_norm_epsilon=1e-5),
+    "gelu_exact_pre_bias": dict(activation="gelu_exact", output_bias=True, norm="pre")}
+
+
+@pytest.mark.parametrize("options", sorted(MARIAN_OPTIONS))
+def test_marians_options_export_exactly(options, tokenizer, tmp_path):
+    cfg = dataclasses.replace(variant_config("post_sinusoidal_shared_tied", tokenizer),
+                              **MARIAN_OPTIONS[options])
     params = perturbed_params(cfg)
+    assert np.abs(params["decoder"]["output_bias"]).min() > 0  # noised like every bias
+    assert_teacher_forced_log_probs_equal(cfg, params, tokenizer, tmp_path)
+
+
+def assert_teacher_forced_log_probs_equal(cfg, params, tokenizer, tmp_path):
     ct2 = export(cfg, params, tokenizer, tmp_path / "ct2")
     sources = tokenizer.encode(SOURCES, add_eos=True)
     targets = tokenizer.encode(TARGETS, add_eos=True)
@@ -175,10 +196,10 @@ def test_a_field_the_export_does_not_know_is_refused_unless_default(tokenizer):
 
 def test_an_activation_ctranslate2_lacks_is_refused_by_name(tokenizer):
     cfg = variant_config("post_sinusoidal_shared_tied", tokenizer)
-    object.__setattr__(cfg, "activation", "swish")  # a value a later config may allow
+    object.__setattr__(cfg, "activation", "tanh")  # values a later config may allow
     object.__setattr__(cfg, "positional", "rotary")
     with pytest.raises(ct2_export.ExportError,
-                       match=r"model\.activation='swish'.*model\.positional='rotary'"):
+                       match=r"model\.activation='tanh'.*model\.positional='rotary'"):
         ct2_export.check_exportable(cfg)
 
 

@@ -21,7 +21,11 @@ CFG = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=2,
                   num_decoder_layers=2, d_ff=40, max_len=16, dropout_rate=0.0)
 VARIANTS = [dict(), dict(norm="pre"), dict(tie_output=False),
             dict(share_embeddings=False, norm="pre", positional="learned"),
-            dict(activation="gelu", positional="sinusoidal_concat")]
+            dict(activation="gelu", positional="sinusoidal_concat"),
+            # Marian's (OPUS-MT) options
+            dict(activation="swish", output_bias=True, decoder_start="pad",
+                 positional="sinusoidal_concat"),
+            dict(activation="gelu_exact", output_bias=True, norm="pre")]
 
 
 def pair(cfg):
@@ -137,7 +141,10 @@ def test_a_short_training_run_ends_with_the_same_parameters():
 class _Chars:
     """A stand-in tokenizer for Translator: ids are characters (enough for decoding tests)."""
 
-    vocab_size, pad_id, bos_id, eos_id = CFG.vocab_size, PAD, BOS, EOS
+    vocab_size, pad_id, eos_id = CFG.vocab_size, PAD, EOS
+
+    def __init__(self, bos_id=BOS):
+        self.bos_id = bos_id  # -1: a vocabulary without BOS (the decoder starts from PAD)
 
     def encode(self, texts, add_eos=True):
         return [np.array([4 + (ord(c) % (self.vocab_size - 4)) for c in t] + [EOS], np.int32)
@@ -147,15 +154,18 @@ class _Chars:
         return [" ".join(str(int(i)) for i in r if i > EOS) for r in np.asarray(rows)]
 
 
-@pytest.mark.parametrize("variant", [dict(), dict(norm="pre", tie_output=False)])
-@pytest.mark.parametrize("method, beam", [("greedy", 1), pytest.param("beam", 3, marks=pytest.mark.slow), ("beam", 4)])
+@pytest.mark.parametrize("variant", [dict(), dict(norm="pre", tie_output=False),
+                                     dict(activation="swish", output_bias=True,
+                                          decoder_start="pad", bos_id=-1)])
+@pytest.mark.parametrize("method, beam", [("greedy", 1), pytest.param("beam", 3, marks=pytest.mark.slow),
+                                          ("beam", 4)])
 def test_decoding_agrees(variant, method, beam):
     cfg = dataclasses.replace(CFG, max_len=24, **variant)
     params = noised_params(cfg, seed=3)
     sentences = ["abc", "hello there", "x", "a longer sentence"]
     out = []
     for kernels in ("plain", "cpu"):
-        tr = Translator(dataclasses.replace(cfg, kernels=kernels), params, _Chars())
+        tr = Translator(dataclasses.replace(cfg, kernels=kernels), params, _Chars(cfg.bos_id))
         out.append(tr.translate(sentences, method=method, beam_size=beam, n_best=beam,
                                 return_scores=True, max_len=12))
     for hyps_p, hyps_c in zip(*out):

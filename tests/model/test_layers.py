@@ -1,7 +1,9 @@
 """The whole forward pass against an independent NumPy reference written from the paper:
 embeddings scaled by sqrt(d_model) plus sinusoids (3.4, 3.5), encoder and decoder layers
 with post-LN or pre-LN residual sublayers (3.1), multi-head self- and cross-attention
-(3.2), the FFN (3.3) and the tied output, on random (noised) parameters."""
+(3.2), the FFN (3.3) and the tied output, on random (noised) parameters; and Marian's
+options: swish or exact GELU, a bias on the tied logits, the decoder starting from PAD,
+concatenated sinusoids."""
 import dataclasses
 import math
 
@@ -18,12 +20,15 @@ CFG = ModelConfig(vocab_size=37, d_model=24, num_heads=3, num_encoder_layers=2,
                   num_decoder_layers=2, d_ff=40, max_len=16, dropout_rate=0.0)
 
 
-def np_sinusoids(length, d):
+def np_sinusoids(length, d, concat=False):
+    """Paper 3.5 (sin at 2i, cos at 2i + 1), or with ``concat`` all sines, then all
+    cosines (Marian's MarianSinusoidalPositionalEmbedding)."""
     pe = np.zeros((length, d))
     for pos in range(length):
         for i in range(d // 2):
-            pe[pos, 2 * i] = math.sin(pos / 10000 ** (2 * i / d))
-            pe[pos, 2 * i + 1] = math.cos(pos / 10000 ** (2 * i / d))
+            sin_at, cos_at = (i, d // 2 + i) if concat else (2 * i, 2 * i + 1)
+            pe[pos, sin_at] = math.sin(pos / 10000 ** (2 * i / d))
+            pe[pos, cos_at] = math.cos(pos / 10000 ** (2 * i / d))
     return pe
 
 
@@ -54,8 +59,12 @@ def np_ffn(x, p, activation):
     h = x @ p["wi"]["kernel"] + p["wi"]["bias"]
     if activation == "relu":
         h = np.maximum(h, 0.0)
-    else:  # flax's gelu, tanh approximation
+    elif activation == "gelu":  # flax's gelu, tanh approximation
         h = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    elif activation == "gelu_exact":  # x * Phi(x)
+        h = h * 0.5 * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))
+    else:  # swish: x * sigmoid(x)
+        h = h / (1 + np.exp(-h))
     return h @ p["wo"]["kernel"] + p["wo"]["bias"]
 
 
@@ -69,7 +78,7 @@ def np_sublayer(x, f, norm, cfg):
 def np_transformer(params, cfg, src, tgt):
     """Teacher-forced logits [T, V] of one unpadded pair."""
     emb = params["shared_embedding"]["embedding"]
-    pe = np_sinusoids(cfg.max_len, cfg.d_model)
+    pe = np_sinusoids(cfg.max_len, cfg.d_model, concat=cfg.positional == "sinusoidal_concat")
     S, T = len(src), len(tgt)
     x = emb[src] * math.sqrt(cfg.d_model) + pe[:S]
     for i in range(cfg.num_encoder_layers):
@@ -81,7 +90,8 @@ def np_transformer(params, cfg, src, tgt):
                         p["ffn_residual"]["norm"], cfg)
     if cfg.norm == "pre":
         x = np_layer_norm(x, params["encoder"]["final_norm"], cfg.layer_norm_epsilon)
-    decoder_in = np.concatenate([[BOS], tgt[:-1]])  # shifted right behind BOS
+    start = PAD if cfg.decoder_start == "pad" else BOS
+    decoder_in = np.concatenate([[start], tgt[:-1]])  # shifted right behind the start
     y = emb[decoder_in] * math.sqrt(cfg.d_model) + pe[:T]
     causal = np.tril(np.ones((T, T), bool))
     for i in range(cfg.num_decoder_layers):
@@ -95,14 +105,21 @@ def np_transformer(params, cfg, src, tgt):
                         p["ffn_residual"]["norm"], cfg)
     if cfg.norm == "pre":
         y = np_layer_norm(y, params["decoder"]["final_norm"], cfg.layer_norm_epsilon)
-    return y @ emb.T  # tied output projection
+    logits = y @ emb.T  # tied output projection
+    return logits + params["decoder"]["output_bias"] if cfg.output_bias else logits
+
+
+MARIAN = dict(output_bias=True, decoder_start="pad", positional="sinusoidal_concat",
+              layer_norm_epsilon=1e-5)
 
 
 @pytest.mark.parametrize("kernels", ["plain", "cpu"])
-@pytest.mark.parametrize("norm, activation", [("post", "relu"), ("pre", "relu"),
-                                              ("post", "gelu")])
-def test_forward_equals_the_numpy_reference(kernels, norm, activation):
-    cfg = dataclasses.replace(CFG, kernels=kernels, norm=norm, activation=activation)
+@pytest.mark.parametrize("norm, activation, options", [
+    ("post", "relu", {}), ("pre", "relu", {}), ("post", "gelu", {}),
+    ("post", "swish", MARIAN), ("pre", "gelu_exact", dict(output_bias=True))])
+def test_forward_equals_the_numpy_reference(kernels, norm, activation, options):
+    cfg = dataclasses.replace(CFG, kernels=kernels, norm=norm, activation=activation,
+                              **options)
     src = np.array([5, 9, 14, 30, 7, EOS], np.int32)
     tgt = np.array([11, 6, 21, 8, EOS], np.int32)
     model = Transformer(cfg)
