@@ -5,6 +5,7 @@
     jformer attention --workdir runs/demo "A sentence." [--out DIR]
     jformer average-checkpoints --workdir runs/demo --last 5 --out DIR
     jformer curves runs/a [label=runs/b ...] --out curves.png
+    jformer predict --workdir runs/bert_demo_tag [--scores] < in > out   (a fine-tuned encoder)
 
 Each subcommand is a module of this package with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args)``; :data:`SUBCOMMANDS` lists them. Modules
@@ -23,7 +24,7 @@ import sys
 from typing import Sequence
 
 EXIT_ERROR = 1
-SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves")
+SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves", "predict")
 
 
 def _modules():
