@@ -40,8 +40,8 @@ def get_config() -> ml_collections.ConfigDict:
     f.max_seq_len = 64
 
     t = c.train
-    t.num_steps = 3000
-    t.warmup_steps = 300
+    t.num_steps = 4000
+    t.warmup_steps = 400
     t.learning_rate = 1e-3  # a small model on a small language takes a large rate
     t.log_every = 50
     t.eval_every = 500

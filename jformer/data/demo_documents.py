@@ -3,9 +3,9 @@
 A document is a short English story about one person. Its first sentence names them;
 every later one refers back, by name or by the pronoun of their gender ("Anna lives in
 Vienna. She has three small dogs. Her dogs are in the garden. Anna buys a red lamp for
-12.50 euros. The lamp is on the table."), and a follow-up sentence picks up what the one
-before it introduced (the pets, the thing bought). So a sentence's true successor is
-told from one of another story by the name, the pronoun and the things mentioned:
+12.50 euros. Anna's lamp is on the table."), and a follow-up sentence picks up what the
+one before it introduced (the pets, the thing bought). So a sentence's true successor
+is told from one of another story by the name, the pronoun and the things mentioned:
 next-sentence prediction is learnable, not chance. Each fact kind appears at most once
 per story, so a question about it has one answer.
 
@@ -54,6 +54,7 @@ _ANIMALS = tuple(n for n in g.NOUNS if n.en_sg in ("dog", "cat", "bird", "horse"
                                                    "mouse", "pig"))
 _THINGS = tuple(n for n in g.NOUNS if n.en_sg in ("bag", "lamp", "book", "hat", "ball", "cup",
                                                   "bottle", "chair", "table", "glass"))
+BY_NAME = 0.85  # a later sentence names the person (else: their pronoun)
 _PLACES = ("in the garden", "in the kitchen", "on the table", "next to the house",
            "behind the door", "in the street")
 
@@ -213,9 +214,9 @@ def _buys(rng, p, by_name, ctx):
 
 def _thing_place(rng, p, by_name, ctx):
     thing = ctx["thing"]
-    b = _verb(_Builder().add(f"the {thing.en_sg}"), "is")
+    b = _verb(_owner(_Builder(), p, by_name).add(thing.en_sg), "is")
     return _answer(b, rng.choice(_PLACES)).sentence(
-        "are", f"Where is the {thing.en_sg}?", "a")
+        "are", f"Where is {p.name}'s {thing.en_sg}?", "a")
 
 
 def _meets(rng, p, by_name, ctx):
@@ -257,9 +258,9 @@ def story(rng: random.Random) -> Document:
     sentences = [_lives(rng, person, True, ctx)]
     facts = rng.sample(_FACTS, rng.randrange(4, len(_FACTS) + 1))
     for fact, follow_up in facts:
-        sentences.append(fact(rng, person, rng.random() < 0.6, ctx))
+        sentences.append(fact(rng, person, rng.random() < BY_NAME, ctx))
         if follow_up is not None and rng.random() < 0.7:
-            sentences.append(follow_up(rng, person, rng.random() < 0.6, ctx))
+            sentences.append(follow_up(rng, person, rng.random() < BY_NAME, ctx))
     return Document(tuple(sentences))
 
 

@@ -141,7 +141,8 @@ def run_loop(job: Job, state, ckpt: Checkpointer, *,
     budget = Budget(job.start_time, tcfg.max_minutes, check_every=tcfg.log_every)
     step = int(job.dp.get_state(state).step)
     progress = Progress(job.workdir, start_step=step, num_steps=tcfg.num_steps,
-                        start_time=job.start_time, budget_s=budget.seconds)
+                        start_time=job.start_time, budget_s=budget.seconds,
+                        throughput=job.task.throughput)
     try:
         with StopRequest() as stop:
             state = _steps(job, state, ckpt, progress, budget, stop)

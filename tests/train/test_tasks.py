@@ -80,12 +80,14 @@ def test_pretraining_logs_mlm_and_nsp_and_resumes_exactly(tmp_path):
     cfg = json.load(open(os.path.join(full, files.CONFIG_FILENAME)))
     assert cfg["task"]["kind"] == "pretrain" and cfg["model"]["vocab_size"] == 400
     assert Tokenizer.load(os.path.join(full, "spm.model")).piece_to_id("[MASK]") == 6
-    # stopped at 10 and resumed: the same state as without the stop
+    # stopped after a step (a spent time budget) and resumed: the same state as without
+    # the stop (the linear schedule depends on num_steps, so the runs share it)
     split = str(tmp_path / "split")
     os.makedirs(split)
     for name in (files.SPM_FILENAME, files.SPM_RECORD):  # the same vocabulary, not relearned
         shutil.copy(os.path.join(full, name), split)
-    train_lib.train(tiny_bert_config(num_steps=10), split)
+    _, stopped = train_lib.train(tiny_bert_config(num_steps=20, max_minutes=1e-6), split)
+    assert int(stopped.step) == 1
     _, resumed = train_lib.train(tiny_bert_config(num_steps=20), split)
     assert_trees_equal(restore_params(files.checkpoint_dir(full)),
                        jax.device_get(resumed.params))
@@ -114,7 +116,8 @@ def test_pretraining_step_is_exact_over_devices_and_accumulation(devices, accum)
                                                              attention_dropout_rate=0.0))
     model = Bert(cfg.model, cfg.bert, "pretrain")
     batch = pretrain_batch()
-    params = init_params(model, jax.random.PRNGKey(0), jnp.asarray(batch["inputs"][:1]))
+    params = jax.device_get(init_params(model, jax.random.PRNGKey(0),
+                                        jnp.asarray(batch["inputs"][:1])))
     task = PretrainTask()
     job = types.SimpleNamespace(model=model, cfg=dataclasses.replace(
         cfg, train=dataclasses.replace(cfg.train, accum_steps=accum)))
