@@ -57,11 +57,11 @@ def get_config() -> ml_collections.ConfigDict:
     p.batch_size = 64
 
     t = c.train
-    t.num_steps = 2000  # a cap: the linear decay reaches 0 here
-    t.warmup_steps = 200
+    t.num_steps = 800  # ~2.3 passes over both sides (64 sequences of up to 64 tokens)
+    t.warmup_steps = 80
     t.learning_rate = 1e-3
     t.log_every = 50
-    t.eval_every = 500
-    t.checkpoint_every = 250
+    t.eval_every = 200
+    t.checkpoint_every = 200
     t.keep_checkpoints = 2
     return c

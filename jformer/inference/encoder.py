@@ -1,7 +1,7 @@
 """Predictions of a fine-tuned encoder: classes, tags and answer spans.
 
     predictor = EncoderPredictor.from_checkpoint("runs/bert_demo_tag")
-    predictor.tag(["Anna lives in Vienna."])    # -> [[("Anna", "B-PER"), ..., ("Vienna.", "B-LOC")]]
+    predictor.tag(["Anna lives in Vienna."])  # [[("Anna", "B-PER"), ..., ("Vienna.", "B-LOC")]]
     predictor.classify(["A dog runs."], ["Ein Hund rennt."])   # -> [("translation", 0.98)]
     predictor.answer(["Where does Anna live?"], ["Anna lives in Vienna."])  # -> [("Vienna", ...)]
 

@@ -87,13 +87,11 @@ def check_resume(workdir: str, new: config_lib.Config) -> None:
                 f"{getattr(new.bert, f.name)}" for f in dataclasses.fields(saved.bert)
                 if f.name != "num_labels"
                 and getattr(saved.bert, f.name) != getattr(new.bert, f.name)]
-    for name in ("kind",):
-        if getattr(saved.task, name) != getattr(new.task, name):
-            changes.append(f"task.{name}: saved {getattr(saved.task, name)}, now "
-                           f"{getattr(new.task, name)}")
-    if saved.pretrain.next_sentence != new.pretrain.next_sentence and new.task.kind == "pretrain":
-        changes.append(f"pretrain.next_sentence: saved {saved.pretrain.next_sentence}, now "
-                       f"{new.pretrain.next_sentence}")
+    if saved.task.kind != new.task.kind:
+        changes.append(f"task.kind: saved {saved.task.kind}, now {new.task.kind}")
+    nsp = (saved.pretrain.next_sentence, new.pretrain.next_sentence)
+    if new.task.kind == "pretrain" and nsp[0] != nsp[1]:
+        changes.append(f"pretrain.next_sentence: saved {nsp[0]}, now {nsp[1]}")
     if changes:
         raise config_lib.ConfigError(
             f"{workdir} holds checkpoints of another model ({files.CONFIG_FILENAME}): "
