@@ -1,12 +1,13 @@
 """A built-in corpus of documents for encoder pretraining and its fine-tuning demos.
 
-A document is a short English story about one person. Its first sentence names them;
-every later one refers back, by name or by the pronoun of their gender ("Anna lives in
-Vienna. She has three small dogs. Her dogs are in the garden. Anna buys a red lamp for
-12.50 euros. Anna's lamp is on the table."), and a follow-up sentence picks up what the
-one before it introduced (the pets, the thing bought). So a sentence's true successor
-is told from one of another story by the name, the pronoun and the things mentioned:
-next-sentence prediction is learnable, not chance. Each fact kind appears at most once
+A document is a short English story about one person and their work. Its first sentence
+names them; every later one refers back, by name or by the pronoun of their gender, and
+draws its things, animals and places from the story's theme ("Anna lives in Vienna.
+She paints pictures in the studio. Anna has three cats. Her cats are at the gallery.
+Anna buys a red brush for 12.50 euros. Anna's brush is in the studio."); a follow-up
+sentence picks up what the one before it introduced (the pets, the thing bought). So a
+sentence's true successor is told from one of another story by the name, the pronoun
+and the theme's words: next-sentence prediction is learnable, not chance. Each fact kind appears at most once
 per story, so a question about it has one answer.
 
 The generator knows what every word is, which gives three labelled tasks:
@@ -50,13 +51,37 @@ CITIES = ("Berlin", "Munich", "Vienna", "Cologne", "Zurich", "Hamburg", "Nurembe
           "Geneva", "Dresden", "Leipzig", "Bremen", "Salzburg", "Basel", "Graz", "Bonn",
           "Kiel")
 _MINUTES = (0, 5, 10, 15, 20, 30, 40, 45, 50, 55)  # the minutes dc.clock_time knows
-_ANIMALS = tuple(n for n in g.NOUNS if n.en_sg in ("dog", "cat", "bird", "horse", "cow",
-                                                   "mouse", "pig"))
-_THINGS = tuple(n for n in g.NOUNS if n.en_sg in ("bag", "lamp", "book", "hat", "ball", "cup",
-                                                  "bottle", "chair", "table", "glass"))
 BY_NAME = 0.85  # a later sentence names the person (else: their pronoun)
-_PLACES = ("in the garden", "in the kitchen", "on the table", "next to the house",
-           "behind the door", "in the street")
+
+
+@dataclasses.dataclass(frozen=True)
+class Theme:
+    """What a story is about besides its person: their work and the words it brings."""
+
+    job: tuple[str, str, str]  # (verb, its other number, object): "paints", "paint", "pictures"
+    things: tuple[str, ...]  # things bought (singular)
+    animals: tuple[tuple[str, str], ...]  # (singular, plural)
+    places: tuple[str, ...]
+
+
+THEMES = (
+    Theme(("paints", "paint", "pictures"), ("brush", "canvas", "easel", "frame"),
+          (("cat", "cats"), ("bird", "birds")), ("in the studio", "at the gallery")),
+    Theme(("bakes", "bake", "bread"), ("oven", "apron", "tray", "bowl"),
+          (("mouse", "mice"), ("dog", "dogs")), ("in the bakery", "at the market")),
+    Theme(("grows", "grow", "potatoes"), ("tractor", "bucket", "fence", "spade"),
+          (("cow", "cows"), ("pig", "pigs"), ("goat", "goats")), ("in the barn", "in the field")),
+    Theme(("sails", "sail", "boats"), ("rope", "anchor", "compass", "lantern"),
+          (("duck", "ducks"), ("gull", "gulls")), ("at the harbour", "on the boat")),
+    Theme(("teaches", "teach", "children"), ("book", "pen", "desk", "globe"),
+          (("rabbit", "rabbits"), ("hamster", "hamsters")), ("in the classroom", "at the school")),
+    Theme(("plays", "play", "the violin"), ("guitar", "drum", "trumpet", "flute"),
+          (("parrot", "parrots"), ("horse", "horses")), ("on the stage", "in the concert hall")),
+    Theme(("repairs", "repair", "bikes"), ("helmet", "pump", "bell", "saddle"),
+          (("cat", "cats"), ("dog", "dogs")), ("in the garage", "on the road")),
+    Theme(("cooks", "cook", "soup"), ("pan", "pot", "spoon", "plate"),
+          (("hen", "hens"), ("goose", "geese")), ("in the kitchen", "at the restaurant")),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +145,7 @@ class _Person:
     name: str
     female: bool
     city: str
+    theme: Theme
 
     @property
     def pronoun(self) -> str:
@@ -184,39 +210,43 @@ def _gets_up(rng, p, by_name, ctx):
     return _answer(b, _time(rng), "TIME").sentence("get", f"When does {p.name} get up?", "a")
 
 
+def _job(rng, p, by_name, ctx):
+    verb, other, obj = p.theme.job
+    b = _verb(_subject(_Builder(), p, by_name), verb).add(obj)
+    return b.add(rng.choice(p.theme.places)).sentence(other)
+
+
 def _pets(rng, p, by_name, ctx):
-    animal = ctx["animal"] = rng.choice(_ANIMALS)
+    animal = ctx["animal"] = rng.choice(p.theme.animals)
     n = rng.randrange(2, 13)
     b = _verb(_subject(_Builder(), p, by_name), "has")
     _answer(b, g.en_cardinal(n), "NUM")
     if rng.random() < 0.5:
         b.add(rng.choice(g.ADJ_QUALITY)[0])
-    return b.add(animal.en_pl).sentence(
-        "have", f"How many {animal.en_pl} does {p.name} have?", "a")
+    return b.add(animal[1]).sentence(
+        "have", f"How many {animal[1]} does {p.name} have?", "a")
 
 
 def _pets_place(rng, p, by_name, ctx):
     animal = ctx["animal"]
-    b = _verb(_owner(_Builder(), p, by_name).add(animal.en_pl), "are")
-    return _answer(b, rng.choice(_PLACES)).sentence(
-        "is", f"Where are {p.name}'s {animal.en_pl}?", "a")
+    b = _verb(_owner(_Builder(), p, by_name).add(animal[1]), "are")
+    return _answer(b, rng.choice(p.theme.places)).sentence(
+        "is", f"Where are {p.name}'s {animal[1]}?", "a")
 
 
 def _buys(rng, p, by_name, ctx):
-    thing = ctx["thing"] = rng.choice(_THINGS)
+    thing = ctx["thing"] = rng.choice(p.theme.things)
     colour = rng.choice(g.ADJ_COLOUR)[0]
-    article = "an" if colour[0] in "aeiou" else "a"
-    b = _verb(_subject(_Builder(), p, by_name), "buys").add(f"{article} {colour} {thing.en_sg}")
-    b.add("for")
+    b = _verb(_subject(_Builder(), p, by_name), "buys").add(f"a {colour} {thing} for")
     return _answer(b, dc.price(rng)[0], "PRICE").sentence(
-        "buy", f"How much does {p.name} pay for the {thing.en_sg}?", "a")
+        "buy", f"How much does {p.name} pay for the {thing}?", "a")
 
 
 def _thing_place(rng, p, by_name, ctx):
     thing = ctx["thing"]
-    b = _verb(_owner(_Builder(), p, by_name).add(thing.en_sg), "is")
-    return _answer(b, rng.choice(_PLACES)).sentence(
-        "are", f"Where is {p.name}'s {thing.en_sg}?", "a")
+    b = _verb(_owner(_Builder(), p, by_name).add(thing), "is")
+    return _answer(b, rng.choice(p.theme.places)).sentence(
+        "are", f"Where is {p.name}'s {thing}?", "a")
 
 
 def _meets(rng, p, by_name, ctx):
@@ -235,12 +265,12 @@ def _train(rng, p, by_name, ctx):
 
 
 def _counts(rng, p, by_name, ctx):
-    noun = rng.choice([n for n in _ANIMALS if n is not ctx.get("animal")])
+    plural = rng.choice([a for a in p.theme.animals if a != ctx.get("animal")])[1]
     n = rng.randrange(2, 1000)
     b = _verb(_subject(_Builder(), p, by_name), "counts")
     _answer(b, g.en_cardinal(n), "NUM")
-    return b.add(f"{noun.en_pl} {rng.choice(_PLACES)}").sentence(
-        "count", f"How many {noun.en_pl} does {p.name} count?", "a")
+    return b.add(f"{plural} {rng.choice(p.theme.places)}").sentence(
+        "count", f"How many {plural} does {p.name} count?", "a")
 
 
 Fact = Callable[[random.Random, _Person, bool, dict], Sentence]
@@ -251,12 +281,15 @@ _FACTS: tuple[tuple[Fact, Fact | None], ...] = (
 
 
 def story(rng: random.Random) -> Document:
-    """One document: an introduction by name, then 4-8 facts (and follow-ups)."""
+    """One document: an introduction by name, then the person's work and 3-8 other
+    facts (and follow-ups), in random order."""
     female = rng.random() < 0.5
-    person = _Person(rng.choice(FEMALE if female else MALE), female, rng.choice(CITIES))
+    person = _Person(rng.choice(FEMALE if female else MALE), female, rng.choice(CITIES),
+                     rng.choice(THEMES))
     ctx: dict = {}
     sentences = [_lives(rng, person, True, ctx)]
-    facts = rng.sample(_FACTS, rng.randrange(4, len(_FACTS) + 1))
+    facts = rng.sample(_FACTS, rng.randrange(3, len(_FACTS) + 1)) + [(_job, None)]
+    rng.shuffle(facts)
     for fact, follow_up in facts:
         sentences.append(fact(rng, person, rng.random() < BY_NAME, ctx))
         if follow_up is not None and rng.random() < 0.7:

@@ -92,7 +92,13 @@ class TranslationTask(Task):
     kind = "translation"
 
     def validate(self, raw):
-        return validate_config(raw)
+        cfg = validate_config(raw)
+        if cfg.task.init_from and not cfg.data.vocab_path:
+            raise config_lib.ConfigError(
+                f"config field 'data.vocab_path': expected the vocabulary of task.init_from="
+                f"{cfg.task.init_from} (its encoder reads those pieces), e.g. "
+                f"--config.data.vocab_path={cfg.task.init_from}/spm.model; got ''")
+        return cfg
 
     def check_resume(self, workdir, early):
         check_resume_config(workdir, early.model)

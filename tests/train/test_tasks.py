@@ -192,6 +192,12 @@ def test_fine_tuning_starts_from_the_pretrained_encoder_and_predicts(tmp_path, v
         for line, text in zip(out, lines):
             answer, score = line.split("\t")
             assert answer and answer in text.split("\t")[1] and np.isfinite(float(score))
+        monkey.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"Where?\tHere.\nNo tab\n")))
+        try:
+            assert cli_main(["predict", "--workdir", work]) == 1
+        finally:
+            monkey.undo()
+        assert "stdin line 2: expected 2 TAB-separated fields; got 1" in capsys.readouterr().err
 
 
 def test_warm_starts_refuse_another_architecture_or_vocabulary(tmp_path, vocab):
@@ -246,10 +252,13 @@ def test_translation_starts_from_a_pretrained_encoder(tmp_path, vocab):
     assert_trees_equal(state.params["encoder"]["layer_0"], pretrained["encoder"]["layer_0"])
     assert_trees_equal(state.params["shared_embedding"],
                        pretrained["encoder"]["token_embedding"])
-    fresh, _ = train_lib.build_job(tiny_config(num_steps=2), str(tmp_path / "u"))
     assert set(state.params) == {"encoder", "decoder", "shared_embedding"}
+    fresh, _ = train_lib.build_job(tiny_config(num_steps=2), str(tmp_path / "u"))
     # the translation vocabulary must be the pretraining run's
     t.data.vocab_path = ""
+    with pytest.raises(ConfigError, match=r"'data.vocab_path': expected the vocabulary of "
+                                          r"task.init_from"):
+        train_lib.build_job(t, str(tmp_path / "v"))
     shutil.copy(fresh.train_data.tokenizer.path, tmp_path / "own.model")
     t.data.vocab_path = str(tmp_path / "own.model")
     with pytest.raises(ValueError, match=r"train with its vocabulary"):
@@ -258,3 +267,13 @@ def test_translation_starts_from_a_pretrained_encoder(tmp_path, vocab):
     t.model.d_ff = 128
     with pytest.raises(ValueError, match=r"model.d_ff: 64 there, 128 here"):
         train_lib.build_job(t, str(tmp_path / "w"))
+
+
+@pytest.mark.slow
+def test_demo_pretraining_learns_far_beyond_the_unigram_baseline(tmp_path):
+    c = tiny_bert_config(num_steps=400, warmup_steps=40)
+    c.model.d_model, c.model.num_heads, c.model.num_encoder_layers, c.model.d_ff = 64, 4, 2, 256
+    c.pretrain.demo_num_train = 2000
+    final = train_lib.train_and_evaluate(c, str(tmp_path / "w"))
+    assert final["mlm_accuracy"] > 3 * final["mlm_unigram_accuracy"]
+    assert final["mlm_loss"] < final["mlm_unigram_loss"] - 1.0
