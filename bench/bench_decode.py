@@ -1,7 +1,7 @@
 """Decoding speed: generated tokens/s with the KV cache vs recomputing the prefix.
 
     python bench/bench_decode.py [--configs small,base] [--batches 1,32] [--beams 1,4]
-        [--dtype float32|bfloat16] [--devices N] [--quick]
+        [--dtype float32|bfloat16] [--devices N] [--quick] [--no-floor] [--json PATH]
 
 Random float32 parameters (nothing is downloaded; ``--dtype bfloat16`` computes in bf16
 over them, as ``model.dtype=bfloat16`` does), source length 32, EXACTLY 32
@@ -17,8 +17,10 @@ CTranslate2's inter_threads runs one per worker); batch 1 stays on one. Times ar
 --repeats calls after a warm-up, with ``block_until_ready``; compilation is timed
 separately (AOT lower + compile). Then the batch 1 memory floor: the float32 weights
 every decode step reads (decoder layers + output matrix) over the best read bandwidth
-measured here, the most tokens/s a sentence can get. Last, the cache vs recompute ratio
-at 64 tokens.
+measured here, the most tokens/s a sentence can get (``--no-floor`` skips it). Last,
+the cache vs recompute ratio at 64 tokens. ``--json`` writes the rows; peers (the Flax WMT
+example, Hugging Face Marian, CTranslate2) are measured beside them, in the same run, by
+``bench/compare.py``.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from jformer.search.beam import beam_search  # noqa: E402
 from jformer.config import ModelConfig  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
 from jformer.model.transformer import Transformer  # noqa: E402
+from jformer.files import write_json  # noqa: E402
 from jformer.mesh import make_mesh  # noqa: E402
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,  # noqa: E402
                                output_matrix)
@@ -53,15 +56,7 @@ CONFIGS = {
                         num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.0),
 }
 SRC_LEN, GEN_LEN, RATIO_LEN, ALPHA = 32, 32, 64, 0.6
-# Measured by the team on this CPU: small config, float32, tokens/s.
-# (config, batch, beam) -> {system: tokens/s}
-REFERENCE = {
-    ("small", 32, 1): {"Flax WMT": 6400, "HF Marian": 3700, "CTranslate2": 7700},
-    ("small", 32, 4): {"Flax WMT": 1500, "HF Marian": 1230, "CTranslate2": 3900},
-    ("small", 1, 4): {"Flax WMT": 850, "HF Marian": 230},
-}
 RECOMPUTE_MAX_ROWS = {"small": 32, "base": 4}  # --recompute auto: batch * beam limit
-TARGET_VS_FLAX = {1: 1.2, 4: 2.0}  # beam -> required multiple of the Flax example
 TARGET_CACHE_RATIO = 5.0
 
 
@@ -82,6 +77,10 @@ def _parse() -> argparse.Namespace:
                         "(and the 64-token ratio at batch 1)")
     p.add_argument("--quick", action="store_true",
                    help="small config, 3 repeats, recompute only at batch 1 greedy")
+    p.add_argument("--no-floor", dest="floor", action="store_false",
+                   help="skip the batch 1 memory floor (a bandwidth probe)")
+    p.add_argument("--json", default="", metavar="PATH",
+                   help="also write the rows (tokens/s under 'cached') as JSON")
     return p.parse_args()
 
 
@@ -214,23 +213,15 @@ def _fmt(x: float | None) -> str:
 
 def print_table(rows: list[dict]) -> None:
     print("\n| config | batch | beam | devices | cached tok/s | recompute tok/s | "
-          "cache/recompute | same tokens | compile s | reference tok/s (ours / theirs) | "
-          "target |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "cache/recompute | same tokens | compile s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        refs = REFERENCE.get((r["config"], r["batch"], r["beam"]), {})
-        ref_txt = "; ".join(f"{k} {v:,} ({r['cached'] / v:.2f}x)" for k, v in refs.items())
-        target = "-"
-        if "Flax WMT" in refs:
-            need = TARGET_VS_FLAX[r["beam"]]
-            ok = r["cached"] >= need * refs["Flax WMT"]
-            target = f">= {need}x Flax: {'met' if ok else 'MISSED'}"
         ratio = None if r["recompute"] is None else r["cached"] / r["recompute"]
         print(f"| {r['config']} | {r['batch']} | {r['beam']} | {r['devices']} | "
               f"{_fmt(r['cached'])} | "
               f"{_fmt(r['recompute'])} | {'-' if ratio is None else f'{ratio:.1f}x'} | "
               f"{'-' if r['same'] is None else ('yes' if r['same'] else 'NO')} | "
-              f"{r['compile_s']:.1f} | {ref_txt or '-'} | {target} |")
+              f"{r['compile_s']:.1f} |")
 
 
 def print_memory_floor(configs: list[str], rows: list[dict]) -> None:
@@ -242,7 +233,7 @@ def print_memory_floor(configs: list[str], rows: list[dict]) -> None:
           f"256 MB) a sentence gets at most one token per read of them (encoder, cache, "
           f"top-k and compute not counted):\n")
     print("| config | weights read per step | floor per step | at most tok/s | "
-          "measured (batch 1) | target at batch 1 beam 4: reads weights at |")
+          "measured (batch 1) | measured: reads weights at |")
     print("|---|---|---|---|---|---|")
     for name in configs:
         cfg = CONFIGS[name]
@@ -251,17 +242,13 @@ def print_memory_floor(configs: list[str], rows: list[dict]) -> None:
                                                               dummy))["params"]
         step_bytes = step_weight_bytes(cfg, shapes)
         floor_s = step_bytes / 1e9 / bandwidth
-        measured = "; ".join(f"beam {r['beam']}: {r['cached']:,.0f}" for r in rows
-                             if r["config"] == name and r["batch"] == 1) or "-"
-        flax = REFERENCE.get((name, 1, 4), {}).get("Flax WMT")
-        need = "-"
-        if flax is not None:
-            target = TARGET_VS_FLAX[4] * flax
-            need = (f"{target:,.0f} tok/s ({TARGET_VS_FLAX[4]}x Flax): "
-                    f"{step_bytes / 1e9 * target:.1f} GB/s, "
-                    f"{step_bytes * target / 1e9 / bandwidth:.0%} of the best")
+        batch1 = [r for r in rows if r["config"] == name and r["batch"] == 1]
+        measured = "; ".join(f"beam {r['beam']}: {r['cached']:,.0f}" for r in batch1) or "-"
+        reads = "; ".join(f"beam {r['beam']}: {step_bytes / 1e9 * r['cached']:.1f} GB/s, "
+                          f"{step_bytes * r['cached'] / 1e9 / bandwidth:.0%} of the best"
+                          for r in batch1) or "-"
         print(f"| {name} | {step_bytes / 2 ** 20:.1f} MiB | {floor_s * 1e3:.2f} ms | "
-              f"{1 / floor_s:,.0f} | {measured} | {need} |")
+              f"{1 / floor_s:,.0f} | {measured} | {reads} |")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -290,7 +277,13 @@ def main(args: argparse.Namespace) -> None:
                 ratio_rows.append(measure(name, params, batch, 1, RATIO_LEN, repeats, True,
                                           args.chunk_size, args.dtype))
     print_table(rows)
-    print_memory_floor(configs, rows)
+    if args.json:
+        write_json(args.json, {"dtype": args.dtype, "src_len": SRC_LEN, "gen_len": GEN_LEN,
+                               "rows": rows, "ratio_rows": ratio_rows})
+    if args.floor:
+        print_memory_floor(configs, rows)
+    if not ratio_rows:
+        return
     print(f"\nCache vs recompute at {RATIO_LEN} generated tokens (greedy); target >= "
           f"{TARGET_CACHE_RATIO:.0f}x:\n")
     print("| config | batch | cached tok/s | recompute tok/s | ratio | same tokens | target |")

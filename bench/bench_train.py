@@ -2,7 +2,7 @@
 
     python bench/bench_train.py [--configs small,base] [--dtypes float32,bfloat16]
         [--steps 20] [--base-steps 10] [--warmup 2] [--dropout 0.1]
-        [--malloc hugepages|glibc] [--max-wait 60]
+        [--malloc hugepages|glibc] [--max-wait 60] [--no-probe] [--json PATH]
 
 Runs the real jformer train step (``make_train_step`` + ``DataParallel`` over a one-device
 mesh, donated state, Adam on the paper's schedule, label smoothing 0.1, dropout 0.1) on a
@@ -34,12 +34,12 @@ softmax, LayerNorm, biases, Adam and the embedding gather are left out):
                                            attention counted in full (XLA computes it all)
   6 * N_tgt * D * V                        tied output projection
 with N_src = B*S, N_tgt = B*T tokens in the batch. MFU = FLOPs / step time / peak, where the
-peak is measured here by a matmul probe (best of several ``jnp.dot`` at 2048x512x2048,
-float32 and bf16 inputs with float32 accumulation), and also against the peak the
-../shared/bench README quotes (440 GFLOP/s float32, 880 bf16). On the Zen 4 cores measured
-so far the probe finds half of that (~215 and ~425: 512-bit FMAs issue as two 256-bit
-halves), while torch's float32 GEMM ran as fast as in the README's own run, so the
-README's peak figure, not the machine, seems to differ.
+peak is measured here, in the same run, by a matmul probe (best of several ``jnp.dot`` at
+2048x512x2048, float32 and bf16 inputs with float32 accumulation; ``--no-probe`` skips it
+and the MFU column).
+
+Peers (the Flax WMT example, Hugging Face Marian) are measured beside these figures, in
+the same run, by ``bench/compare.py``; ``--json`` writes this script's rows for it.
 """
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer.cli.cpu_malloc import HUGEPAGE_ENV  # noqa: E402  (after the path insert)
+from jformer.files import write_json  # noqa: E402
 
 BATCH, SRC_LEN, TGT_LEN = 64, 32, 32
 # Same shapes as ../shared/bench/peer_torch.py.
@@ -65,11 +66,7 @@ CONFIGS = {
     "base": dict(vocab_size=32768, d_model=512, num_heads=8, d_ff=2048,
                  num_encoder_layers=6, num_decoder_layers=6),
 }
-# ../shared/bench (2026-11-21, this kind of machine, float32): target tokens/s.
-FLAX_WMT = {"small": (2500, 2900), "base": (440, 520)}
-MARIAN_EAGER = {"small": 2458, "base": 294}
-MARIAN_COMPILE = {"small": 2633}
-README_PEAK_GFLOPS = {"float32": 440.0, "bfloat16": 880.0}
+DTYPES = ("float32", "bfloat16")
 PROBE_SHAPE = (2048, 512, 2048)  # M x K x N
 QUIET_SHARE = 0.05  # of one core: the most other processes may use while a step is timed
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -88,6 +85,10 @@ def _parse(argv=None) -> argparse.Namespace:
                    help="seconds one measurement may wait for a quiet machine (0: no gate)")
     p.add_argument("--malloc", default="hugepages", choices=sorted(MALLOC_ENV),
                    help="glibc allocator setting of the measured processes")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="skip the matmul probe (and the MFU column)")
+    p.add_argument("--json", default="", metavar="PATH",
+                   help="also write the probe and the rows (with tgt_tokens_per_s) as JSON")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # "config:dtype" or "probe"
     return p.parse_args(argv)
 
@@ -247,7 +248,8 @@ def _run_worker(spec: str, args: argparse.Namespace) -> dict:
            "--max-wait", str(args.max_wait)]
     env = dict(os.environ)
     for name, value in MALLOC_ENV[args.malloc].items():  # appended to the caller's tunables
-        env[name] = ":".join(filter(None, [env.get(name, ""), value]))
+        if value not in env.get(name, "").split(":"):
+            env[name] = ":".join(filter(None, [env.get(name, ""), value]))
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
     if done.returncode:
         raise RuntimeError(f"worker {spec} failed:\n{done.stderr[-3000:]}")
@@ -264,21 +266,19 @@ def _worker_main(args: argparse.Namespace) -> None:
                               args.max_wait)))
 
 
-def _table(rows: list[dict], probe: dict) -> str:
-    lines = ["| config | dtype | params | step s (median) | min-max s | tgt tok/s | vs Flax WMT "
-             "mid | first step s | steps (dropped) | peak RSS MiB | GFLOP/step | GFLOP/s "
-             "| MFU (probe) | MFU (README peak) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+def _table(rows: list[dict], probe: dict | None) -> str:
+    lines = ["| config | dtype | params | step s (median) | min-max s | tgt tok/s | "
+             "first step s | steps (dropped) | peak RSS MiB | GFLOP/step | GFLOP/s "
+             "| MFU (probe) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        tok_s = BATCH * TGT_LEN / r["step_s"]
         rate = r["flops"] / r["step_s"] / 1e9
-        mid = sum(FLAX_WMT[r["config"]]) / 2
+        mfu = f"{rate / probe[r['dtype']]:.0%}" if probe else "-"
         lines.append(
             f"| {r['config']} | {r['dtype']} | {r['params'] / 1e6:.2f}M | {r['step_s']:.3f} | "
-            f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f} | {tok_s:,.0f} | {tok_s / mid:.2f}x | "
+            f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f} | {r['tgt_tokens_per_s']:,.0f} | "
             f"{r['first_step_s']:.1f} | {_steps_cell(r)} | {r['peak_rss_mib']:,.0f} | "
-            f"{r['flops'] / 1e9:.1f} | {rate:.0f} | {rate / probe[r['dtype']]:.0%} | "
-            f"{rate / README_PEAK_GFLOPS[r['dtype']]:.0%} |")
+            f"{r['flops'] / 1e9:.1f} | {rate:.0f} | {mfu} |")
     return "\n".join(lines)
 
 
@@ -287,17 +287,6 @@ def _steps_cell(r: dict) -> str:
     if r["contended_kept"]:  # the gate gave up waiting: these steps ran beside other jobs
         cell += f", {r['contended_kept']} contended"
     return cell
-
-
-def _references(configs: list[str]) -> str:
-    lines = ["| reference (float32, ../shared/bench) | config | tgt tok/s |", "|---|---|---:|"]
-    for c in configs:
-        lo, hi = FLAX_WMT[c]
-        lines.append(f"| Flax WMT example | {c} | {lo:,}-{hi:,} |")
-        lines.append(f"| HF Marian eager | {c} | {MARIAN_EAGER[c]:,} |")
-        if c in MARIAN_COMPILE:
-            lines.append(f"| HF Marian torch.compile | {c} | {MARIAN_COMPILE[c]:,} |")
-    return "\n".join(lines)
 
 
 def main(argv=None) -> None:
@@ -311,25 +300,27 @@ def main(argv=None) -> None:
         if c not in CONFIGS:
             raise ValueError(f"--configs must name {sorted(CONFIGS)}; got {c!r}")
     for d in dtypes:
-        if d not in README_PEAK_GFLOPS:
-            raise ValueError(f"--dtypes must name {sorted(README_PEAK_GFLOPS)}; got {d!r}")
-    probe = _run_worker("probe", args)
-    print(f"matmul probe {'x'.join(map(str, PROBE_SHAPE))} (best of 30): "
-          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in probe.items()), flush=True)
+        if d not in DTYPES:
+            raise ValueError(f"--dtypes must name {list(DTYPES)}; got {d!r}")
+    probe = _run_worker("probe", args) if args.probe else None
+    if probe:
+        print(f"matmul probe {'x'.join(map(str, PROBE_SHAPE))} (best of 30): "
+              + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in probe.items()), flush=True)
     rows = []
     for c in configs:
         for d in dtypes:
             rows.append(_run_worker(f"{c}:{d}", args))
             r = rows[-1]
-            print(f"  {c} {d}: {r['step_s']:.3f} s/step, "
-                  f"{BATCH * TGT_LEN / r['step_s']:,.0f} tok/s, "
+            r["tgt_tokens_per_s"] = BATCH * TGT_LEN / r["step_s"]
+            print(f"  {c} {d}: {r['step_s']:.3f} s/step, {r['tgt_tokens_per_s']:,.0f} tok/s, "
                   f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)
     print(f"\n### Train step, batch {BATCH} x {SRC_LEN} src x {TGT_LEN} tgt, "
           f"dropout {args.dropout}, label smoothing 0.1, Adam, 1 device, "
           f"malloc {args.malloc} {MALLOC_ENV[args.malloc] or ''}\n")
     print(_table(rows, probe))
-    print()
-    print(_references(configs))
+    if args.json:
+        write_json(args.json, {"probe_gflops": probe, "malloc": MALLOC_ENV[args.malloc],
+                               "rows": rows})
 
 
 if __name__ == "__main__":

@@ -97,5 +97,8 @@ def get_config() -> ml_collections.ConfigDict:
     e.top_k = 0  # sampling only; 0 = full distribution
     e.batch_size = 64  # sentences per decode batch
     e.length_buckets = (16, 32, 64, 128, 256)  # source lengths are padded up to these
-    e.overlong = "truncate"  # truncate | error for sources longer than model.max_len
+    e.overlong = "split"  # sources over model.max_len: split (translated whole) | truncate | error
+    e.memory_limit = "0"  # "2GB", "512MiB" or bytes: the most one decode batch's KV cache
+    # may take per device (batches shrink to fit); "0" = no limit. A string, so that
+    # --config.decode.memory_limit=2GB overrides it
     return c

@@ -196,7 +196,7 @@ def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyT
         (array files missing or unreadable).
     """
     directory = os.path.abspath(os.fspath(directory))
-    with contextlib.closing(_read_only_manager(directory)) as manager:
+    with contextlib.closing(read_only_manager(directory)) as manager:
         step = _resolve_step(manager, directory, step)
         saved_tree = _state_metadata(manager, step)
         if not isinstance(saved_tree, Mapping) or PARAMS_KEY not in saved_tree:
@@ -219,84 +219,6 @@ def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyT
     return restored[STATE_ITEM][PARAMS_KEY]
 
 
-def average_checkpoints(directory: str | os.PathLike, last_k: int,
-                        output_dir: str | os.PathLike) -> list[int]:
-    """Averages the params of the newest `last_k` checkpoints (paper section 6.1: 5).
-
-    The mean is taken in float32 and cast back to each parameter's dtype. The result is
-    written to `output_dir` as a params-only checkpoint (state item ``{"params": ...}``)
-    at the newest averaged step, with an ``averaged`` JSON item recording the steps and
-    source directory; ``restore_params(output_dir)`` loads it.
-
-    Returns:
-      the steps averaged, ascending.
-
-    Raises:
-      ValueError: `output_dir` exists and is not an empty directory (checked first), fewer
-        than `last_k` checkpoints exist, a checkpoint is damaged, or the checkpoints'
-        params differ in structure or shape.
-    """
-    if not isinstance(last_k, int) or last_k < 1:
-        raise ValueError(f"last_k must be a positive int; got {last_k!r}")
-    directory = os.path.abspath(os.fspath(directory))
-    output_dir = os.path.abspath(os.fspath(output_dir))
-    _check_new_output_dir(output_dir)  # before the reads, not after
-    with contextlib.closing(_read_only_manager(directory)) as manager:
-        steps = sorted(manager.all_steps())
-    if len(steps) < last_k:
-        raise ValueError(f"average_checkpoints asked for the last {last_k} checkpoints but "
-                         f"{directory} holds {len(steps)}: steps {steps}")
-    steps = steps[-last_k:]
-    sum_tree, dtypes = None, None
-    for step in steps:  # One checkpoint in memory at a time, plus the float32 sum.
-        params = restore_params(directory, step)
-        if sum_tree is None:
-            dtypes = jax.tree.map(lambda x: x.dtype, params)
-            sum_tree = jax.tree.map(lambda x: x.astype(np.float32), params)
-            continue
-        problems = _tree_differences(params, sum_tree, only_in_tree=f"{{p}}: only in step {step}",
-                                     only_in_other=f"{{p}}: only in step {steps[0]}",
-                                     shapes="{p}: shape {a} vs {b}")
-        if problems:
-            raise ValueError(f"cannot average the params of {directory}: step {step} differs "
-                             f"from step {steps[0]}: {_listed(problems)}")
-        sum_tree = jax.tree.map(lambda s, x: s + x.astype(np.float32), sum_tree, params)
-    mean_tree = jax.tree.map(lambda s, dt: (s / np.float32(last_k)).astype(dt),
-                             sum_tree, dtypes)
-    _write_params_checkpoint(output_dir, steps[-1], mean_tree,
-                             {"steps": steps, "source": directory})
-    logger.info("averaged params of steps %s from %s into %s", steps, directory, output_dir)
-    return steps
-
-
-def _write_params_checkpoint(output_dir: str, step: int, params: PyTree,
-                             info: dict[str, Any]) -> None:
-    """Writes a params-only checkpoint that `restore_params` reads."""
-    manager = ocp.CheckpointManager(
-        output_dir,
-        item_handlers={STATE_ITEM: ocp.StandardCheckpointHandler(),
-                       AVERAGED_ITEM: ocp.JsonCheckpointHandler()},
-        options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, create=True))
-    with contextlib.closing(manager):
-        manager.save(step, force=True, args=ocp.args.Composite(**{
-            STATE_ITEM: ocp.args.StandardSave({PARAMS_KEY: params}),
-            AVERAGED_ITEM: ocp.args.JsonSave(info)}))
-
-
-def _check_new_output_dir(output_dir: str) -> None:
-    """Raises ValueError unless `output_dir` is absent or an empty directory."""
-    if not os.path.exists(output_dir):
-        return
-    if not os.path.isdir(output_dir):
-        raise ValueError(f"output directory {output_dir} is a file; pass a new or empty "
-                         "directory")
-    entries = sorted(os.listdir(output_dir))
-    if entries:
-        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
-        raise ValueError(f"output directory {output_dir} is not empty (holds {shown}); pass "
-                         "a new or empty directory")
-
-
 def _remove_unfinished_saves(directory: str) -> None:
     """Deletes `<step>.orbax-checkpoint-tmp` directories left by killed saves (process 0)."""
     if jax.process_index() != 0:
@@ -306,7 +228,7 @@ def _remove_unfinished_saves(directory: str) -> None:
         tmp_path.get().rmtree()
 
 
-def _read_only_manager(directory: str) -> ocp.CheckpointManager:
+def read_only_manager(directory: str) -> ocp.CheckpointManager:
     """A CheckpointManager that lists and reads `directory` and never writes to it."""
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"no checkpoint directory at {directory}")
@@ -386,7 +308,7 @@ def _shapes_by_path(tree: PyTree) -> dict[str, tuple[int, ...]]:
             for path, leaf in leaves}
 
 
-def _tree_differences(tree: PyTree, other: PyTree, *, only_in_tree: str, only_in_other: str,
+def tree_differences(tree: PyTree, other: PyTree, *, only_in_tree: str, only_in_other: str,
                       shapes: str) -> list[str]:
     """The array paths where `tree` and `other` differ, one line each, worded by the
     format strings (fields: ``p`` the path, ``a`` its shape in `tree`, ``b`` in `other`);
@@ -399,7 +321,7 @@ def _tree_differences(tree: PyTree, other: PyTree, *, only_in_tree: str, only_in
     return problems
 
 
-def _listed(problems: list[str]) -> str:
+def listed(problems: list[str]) -> str:
     more = len(problems) - _MAX_LISTED_PROBLEMS
     listed = "; ".join(problems[:_MAX_LISTED_PROBLEMS])
     return listed + (f"; and {more} more" if more > 0 else "")
@@ -411,7 +333,7 @@ def _check_compatible(saved_tree: PyTree, target: PyTree, where: str) -> None:
     When only the optimizer state (``opt_state/...``) differs, says so: the model fits,
     the optimizer settings (or the optimizer's state layout) changed.
     """
-    problems = _tree_differences(
+    problems = tree_differences(
         saved_tree, target, only_in_other="{p}: missing from the checkpoint",
         only_in_tree="{p}: in the checkpoint {a} but not in the target",
         shapes="{p}: checkpoint has shape {a}, target expects {b}")
@@ -420,6 +342,6 @@ def _check_compatible(saved_tree: PyTree, target: PyTree, where: str) -> None:
     if all(p.startswith(f"{OPT_STATE_KEY}/") for p in problems):
         raise ValueError(f"checkpoint {where} holds another optimizer state than this run's "
                          f"optimizer (were the optimizer settings changed?); the parameters "
-                         f"fit: {_listed(problems)}")
+                         f"fit: {listed(problems)}")
     raise ValueError(f"checkpoint {where} is incompatible with the model (was it saved "
-                     f"with another config?): {_listed(problems)}")
+                     f"with another config?): {listed(problems)}")

@@ -11,13 +11,6 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
-NORM_KINDS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu")
-DTYPES = ("float32", "bfloat16")
-SCHEDULES = ("rsqrt", "linear")
-
-
 from jformer.config_fields import ConfigError  # noqa: F401 (re-exported)
 from jformer.config_fields import check as _check
 from jformer.config_fields import check_choice as _check_choice
@@ -27,7 +20,28 @@ from jformer.config_fields import check_rate as _check_rate
 from jformer.config_fields import check_seed as _check_seed
 from jformer.config_fields import is_int as _is_int
 from jformer.config_fields import is_number as _is_number
+from jformer.config_fields import parse_bytes  # noqa: F401 (re-exported)
 from jformer.encoder_config import BertConfig, FinetuneConfig, PretrainConfig, TaskConfig
+
+POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
+NORM_KINDS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu")
+DTYPES = ("float32", "bfloat16")
+SCHEDULES = ("rsqrt", "linear")
+KERNELS = ("auto", "plain", "cpu")
+OVERLONG_POLICIES = ("split", "truncate", "error")
+
+
+def resolve_kernels(kernels: str, platform: str | None = None) -> str:
+    """``model.kernels`` for a platform: "auto" is "cpu" on the CPU backend and "plain"
+    elsewhere; platform None is the default backend (``jax.default_backend()``)."""
+    if kernels != "auto":
+        return kernels
+    if platform is None:
+        import jax  # the one place config needs it, to read the default backend
+
+        platform = jax.default_backend()
+    return "cpu" if platform == "cpu" else "plain"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +65,7 @@ class ModelConfig:
     tie_output: bool = True  # output projection = target embedding^T (paper 3.4)
     layer_norm_epsilon: float = 1e-6
     dtype: str = "float32"  # compute dtype; parameters stay float32
+    kernels: str = "auto"  # plain: stock JAX/Flax ops | cpu: jformer.kernels | auto: by platform
     pad_id: int = 0  # from the tokenizer
     bos_id: int = 2  # decoder start token, from the tokenizer
     eos_id: int = 3  # from the tokenizer
@@ -68,6 +83,7 @@ class ModelConfig:
         _check_choice(s, "norm", self.norm, NORM_KINDS)
         _check_choice(s, "activation", self.activation, ACTIVATIONS)
         _check_choice(s, "dtype", self.dtype, DTYPES)
+        _check_choice(s, "kernels", self.kernels, KERNELS)
         _check_number(s, "layer_norm_epsilon", self.layer_norm_epsilon, 0, strict=True)
         if self.positional != "learned":
             _check(self.d_model % 2 == 0, f"{s}.d_model", "even for sinusoidal positions",
@@ -80,6 +96,17 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def cpu_kernels(self) -> bool:
+        """Whether the model runs jformer.kernels (``kernels`` resolved for the default
+        backend when "auto")."""
+        return resolve_kernels(self.kernels) == "cpu"
+
+    def for_platform(self, platform: str) -> "ModelConfig":
+        """This config with ``kernels`` resolved for ``platform`` ("cpu", "cuda", "tpu"):
+        what a program lowered for that platform runs (``jax.export``)."""
+        return dataclasses.replace(self, kernels=resolve_kernels(self.kernels, platform))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +227,13 @@ class DecodeConfig:
     top_k: int = 0  # for sampling; 0: full distribution
     batch_size: int = 64  # sentences per decode batch
     length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256)  # padded source lengths
-    overlong: str = "truncate"  # truncate | error, for sources over model.max_len
+    # Sources over model.max_len: split (at sentences, clauses, whitespace; translated
+    # whole, jformer.inference.segment) | truncate (with a warning) | error
+    overlong: str = "split"
+    # Most bytes one decode batch's KV cache may take on one device (an int, or a string
+    # such as "2GB" or "512MiB"; 0: no limit): batches are cut to fewer rows to fit it
+    # (jformer.inference.memory.cache_bytes).
+    memory_limit: int | str = 0
 
     def __post_init__(self) -> None:
         s = "decode"
@@ -214,7 +247,11 @@ class DecodeConfig:
         _check(isinstance(buckets, (tuple, list)) and len(buckets) > 0
                and all(_is_int(b) and b > 0 for b in buckets) and list(buckets) == sorted(buckets),
                f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
-        _check_choice(s, "overlong", self.overlong, ("truncate", "error"))
+        _check_choice(s, "overlong", self.overlong, OVERLONG_POLICIES)
+        try:
+            parse_bytes(self.memory_limit)
+        except ValueError as e:
+            raise ConfigError(f"config field '{s}.memory_limit': {e}") from None
         # Max output tokens of a source bucket: max(1, ceil(a * bucket + b)) (translate.
         # output_len). Sources shorter than the smallest bucket are padded to it, so the
         # rule must give that bucket a token: below, the max(1, ...) would silently cut
@@ -226,6 +263,11 @@ class DecodeConfig:
                f"ceil(decode.max_len_a * {shortest} + decode.max_len_b) >= 1, at least one "
                f"output token for the shortest source bucket (decode.length_buckets[0]="
                f"{shortest}, decode.max_len_a={self.max_len_a})", self.max_len_b)
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        """decode.memory_limit in bytes (0: no limit)."""
+        return parse_bytes(self.memory_limit)
 
 
 @dataclasses.dataclass(frozen=True)

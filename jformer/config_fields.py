@@ -6,6 +6,7 @@ expected and what was given.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 
@@ -52,3 +53,23 @@ def check_choice(section: str, name: str, value: str, choices: tuple[str, ...]) 
 
 def check_positive(section: str, name: str, value: int) -> None:
     check(isinstance(value, int) and value > 0, f"{section}.{name}", "a positive int", value)
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+               "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def parse_bytes(value: int | str) -> int:
+    """A byte count: an int >= 0, or a string such as "2GB" (10^9), "512MiB" (2^20),
+    "1.5 GB" or "4096"; units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, any case."""
+    if is_int(value):
+        if value < 0:
+            raise ValueError(f"expected a byte count >= 0; got {value}")
+        return value
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", value)
+        if match and match.group(2).lower() in _BYTE_UNITS:
+            return int(float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()])
+    raise ValueError(f"expected a byte count: an int >= 0 or a string like '2GB' or "
+                     f"'512MiB' (units {', '.join(u for u in _BYTE_UNITS if u)}); got "
+                     f"{value!r}")

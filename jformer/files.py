@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import tempfile
 import zlib
 from typing import Any
@@ -60,6 +61,24 @@ def write_atomically(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def replace_directory(new: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Puts the finished directory ``new`` at ``out`` (replacing an old one there): its
+    files are flushed to disk first, then renamed into place, so ``out`` is whole or
+    absent (with an old one, it is briefly absent between the two renames)."""
+    new, out = os.fspath(new), os.fspath(out)
+    for root, _, names in os.walk(new):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                os.fsync(f.fileno())
+    if not os.path.exists(out):
+        os.replace(new, out)
+        return
+    old = new + ".old"
+    os.replace(out, old)
+    os.replace(new, out)
+    shutil.rmtree(old)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

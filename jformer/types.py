@@ -15,3 +15,6 @@ import jax
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
 PyTree = Any
+
+NEG_INF = -1e9  # the one "minus infinity" for masked logits: finite, so a row with nothing
+# to attend to gets a uniform distribution, not NaN

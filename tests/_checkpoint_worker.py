@@ -7,8 +7,8 @@ Usage (XLA_FLAGS in the environment sets the device count):
   python tests/_checkpoint_worker.py restore-params DIR OUT.npz
 """
 import os
+import signal
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,7 @@ import optax
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jformer import checkpoint  # noqa: E402
 
-BIG_ARRAY_BYTES = 40_000_000  # x6 = 240 MB: the write takes about a second or more.
+BIG_ARRAY_BYTES = 4_000_000  # x4 = 16 MB of step-2 arrays
 
 
 def train_state(seed: int) -> dict:
@@ -49,25 +49,36 @@ def flat_params(params) -> dict[str, np.ndarray]:
     return {"/".join(k.key for k in path): np.asarray(leaf, np.float32) for path, leaf in leaves}
 
 
-def _save_then_hang(directory: str) -> None:
+def _save_then_die(directory: str) -> None:
+    """Saves step 1, then dies by SIGKILL while saving step 2: every array of step 2 is
+    written, and the process is killed at the rename that would commit it (the last
+    moment a crash can hit a save). Deterministic: no timing race with the test."""
     ckpt = checkpoint.Checkpointer(directory, keep=1, save_every=1, async_save=True)
     ckpt.save(1, train_state(1), {"epoch": 0, "position": 1})
     ckpt.wait()
     print("saved 1", flush=True)
-    # Random bits: orbax compresses arrays (zstd), so constant arrays would write quickly.
-    rng = np.random.default_rng(0)
+
+    def die_at_commit(rename):
+        def wrapped(src, dst, *args, **kwargs):
+            if os.path.basename(os.fspath(src)).startswith("2.orbax-checkpoint-tmp"):
+                print("killed before committing 2", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return rename(src, dst, *args, **kwargs)
+        return wrapped
+
+    os.rename, os.replace = die_at_commit(os.rename), die_at_commit(os.replace)
+    rng = np.random.default_rng(0)  # random bits: orbax compresses constant arrays away
     big = {f"w{i}": rng.integers(0, 2**32, (BIG_ARRAY_BYTES // 4000, 1000), dtype=np.uint32)
-           for i in range(6)}
-    print("saving 2", flush=True)
+           for i in range(4)}
     ckpt.save(2, {"params": big}, {"epoch": 0, "position": 2})
-    print("save 2 returned", flush=True)
-    time.sleep(120)  # The test kills us; never reached in a passing test.
+    ckpt.wait()
+    print("save 2 committed", flush=True)  # never reached in a passing test
 
 
 def main(argv: list[str]) -> None:
     command, directory = argv[1], argv[2]
-    if command == "save-then-hang":
-        _save_then_hang(directory)
+    if command == "save-then-die":
+        _save_then_die(directory)
     elif command == "save":
         step = int(argv[3])
         with checkpoint.Checkpointer(directory, keep=3, save_every=1) as ckpt:

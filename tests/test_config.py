@@ -189,3 +189,23 @@ def test_translation_config_json_keeps_its_sections_and_encoder_sections_round_t
     c.task.kind = "mlm"
     with pytest.raises(ConfigError, match="'task.kind': expected one of"):
         from_config_dict(c)
+
+
+def test_decode_sections_of_older_runs_keep_their_overlong_policy():
+    """config.json files written before decode.overlong had "split" (and before
+    decode.memory_limit) load with the policy they name."""
+    import json
+    import os
+
+    from jformer import files
+
+    legacy = os.path.join(os.path.dirname(__file__), "fixtures", "legacy_workdir")
+    with open(os.path.join(legacy, "config.json")) as f:
+        assert "memory_limit" not in json.load(f)["decode"]
+    decode = files.load_config(legacy).decode
+    assert decode.overlong == "truncate" and decode.memory_limit_bytes == 0
+    for policy in ("truncate", "error", "split"):
+        assert from_config_dict({"decode": {"overlong": policy}}).decode.overlong == policy
+    assert from_config_dict({}).decode.overlong == "split"
+    with pytest.raises(ConfigError, match="decode.overlong"):
+        from_config_dict({"decode": {"overlong": "drop"}})

@@ -5,6 +5,11 @@
     jformer attention --workdir runs/demo "A sentence." [--out DIR]
     jformer average-checkpoints --workdir runs/demo --last 5 --out DIR
     jformer curves runs/a [label=runs/b ...] --out curves.png
+    jformer serve --workdir runs/demo [--host 127.0.0.1] [--port 8000]   (HTTP API, page)
+    jformer memory --workdir runs/demo | --config configs/base.py [--batch --beam ...]
+    jformer figures --out docs/figures [--workdir runs/demo]
+    jformer export ctranslate2 --workdir runs/demo --out DIR [--quantization int8]
+    jformer export jax --workdir runs/demo --out DIR [--buckets 16,32] [--platforms cpu,cuda]
     jformer predict --workdir runs/bert_demo_tag [--scores] < in > out   (a fine-tuned encoder)
 
 Each subcommand is a module of this package with ``NAME``, ``HELP``,
@@ -24,7 +29,8 @@ import sys
 from typing import Sequence
 
 EXIT_ERROR = 1
-SUBCOMMANDS = ("translate", "evaluate", "attention", "average", "curves", "predict")
+SUBCOMMANDS = ("translate", "evaluate", "attention", "figures", "average", "curves",
+               "memory", "serve", "export", "predict")
 
 
 def _modules():
@@ -33,7 +39,8 @@ def _modules():
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jformer", description="Transformer translation "
-                                     "in JAX: translate, evaluate, inspect, average.")
+                                     "in JAX: translate, evaluate, inspect, average, "
+                                     "size up memory, serve, export.")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _modules():
         p = sub.add_parser(module.NAME, help=module.HELP)

@@ -15,10 +15,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from jformer import checkpoint, files
+    from jformer import files
+    from jformer.averaging import average_checkpoints
 
     if not os.path.isdir(args.workdir):
         raise FileNotFoundError(f"workdir not found: {args.workdir}")
-    steps = checkpoint.average_checkpoints(files.checkpoint_dir(args.workdir), args.last,
-                                           args.out)
+    steps = average_checkpoints(files.checkpoint_dir(args.workdir), args.last, args.out)
     print(f"averaged steps {steps} into {args.out}")

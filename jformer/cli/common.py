@@ -4,9 +4,12 @@ from __future__ import annotations
 import argparse
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True,
-                   help="training run folder (config.json, spm.model, checkpoints/)")
+def add_model_args(p: argparse.ArgumentParser, workdir_help: str | None = None) -> None:
+    """--workdir (required unless ``workdir_help`` says what its absence means),
+    --checkpoint and --step."""
+    p.add_argument("--workdir", required=workdir_help is None,
+                   help=workdir_help or "training run folder (config.json, spm.model, "
+                                        "checkpoints/)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="checkpoint directory to use instead of <workdir>/checkpoints "
                         "(e.g. an averaged checkpoint)")
@@ -26,6 +29,14 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="sampling seed; a line's sample depends only on it and the line's "
                         "number (not on --devices or batching)")
+    p.add_argument("--overlong", choices=("split", "truncate", "error"), default=None,
+                   help="lines over model.max_len tokens: split (at sentences, clauses, "
+                        "spaces; translated whole), truncate or error (default: the run's "
+                        "decode.overlong)")
+    p.add_argument("--memory-limit", default=None, metavar="SIZE",
+                   help="most bytes a decode batch's KV cache may take per device, e.g. "
+                        "2GB or 512MiB: batches shrink to fit (default: the run's "
+                        "decode.memory_limit; 0: none)")
     p.add_argument("--devices", type=int, default=1,
                    help="decode each batch data-parallel over this many local devices; "
                         "the batch size must be a multiple (on a CPU: its cores split "
@@ -46,7 +57,24 @@ def load_translator(args: argparse.Namespace):
         except RuntimeError:  # jax already running (in-process use): keep its devices
             pass
     return Translator.from_checkpoint(args.workdir, checkpoint_dir=args.checkpoint,
-                                      step=args.step, devices=devices)
+                                      step=args.step, devices=devices,
+                                      decode_cfg=decode_overrides(args))
+
+
+def decode_overrides(args: argparse.Namespace):
+    """The run's decode config with --overlong / --memory-limit applied (None if
+    neither was given: the run's own)."""
+    import dataclasses
+
+    from jformer import files
+
+    changes = {name: getattr(args, name) for name in ("overlong", "memory_limit")
+               if getattr(args, name, None) is not None}
+    if not changes:
+        return None
+    if "memory_limit" in changes and changes["memory_limit"].isdigit():
+        changes["memory_limit"] = int(changes["memory_limit"])
+    return dataclasses.replace(files.load_config(args.workdir).decode, **changes)
 
 
 def search_kwargs(args: argparse.Namespace) -> dict:

@@ -163,9 +163,8 @@ def encode_pairs(tokenizer: Tokenizer, pairs: list[sources.Pair], chunk: int = E
     """Both sides encoded with EOS appended (batched, multi-threaded sentencepiece).
 
     ``chunk`` pairs at a time, each chunk packed into int32 arrays at once: the Python
-    id lists sentencepiece returns cost ~26 bytes a token (300k demo pairs, 7.6M tokens:
-    193 MiB peak in one call, 85 MiB in chunks of 100k), so encoding WMT14's 4.5M pairs
-    in one call would hold several GB of them before packing.
+    id lists sentencepiece returns cost about 26 bytes a token, so encoding a WMT-sized
+    corpus in one call would hold several GB of them before packing.
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int; got {chunk!r}")

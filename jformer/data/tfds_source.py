@@ -2,14 +2,14 @@
 
 Reads a prepared dataset only (``download=False``): preparing WMT takes hours and
 network access, so it is an explicit, separate step (``tfds build``) rather than a side
-effect of starting a training run. Importing this module imports TensorFlow, so
-jformer.data.sources imports it only when data.source == "tfds".
+effect of starting a training run. Importing TensorFlow Datasets imports TensorFlow,
+so this module imports it only when a TFDS source is read.
 """
 from __future__ import annotations
 
 import logging
 
-from jformer.data.sources import ParallelCorpus, make_corpus
+from jformer.data.corpus import ParallelCorpus, make_corpus
 
 _log = logging.getLogger(__name__)
 _READ_BATCH = 4096  # examples per tf.data batch while reading (fewer Python round trips)
@@ -24,6 +24,17 @@ def _not_prepared(name: str, split: str, data_dir: str) -> FileNotFoundError:
         f"already holds it.")
 
 
+def _require_tensorflow() -> None:
+    """TFDS finds, builds and reads datasets through TensorFlow, which the core install
+    leaves out; without it TFDS reports every dataset as unknown."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        raise ValueError("data.source='tfds' needs TensorFlow, which TensorFlow Datasets "
+                         "reads datasets with: pip install -e '.[tfds]' (tensorflow-cpu; "
+                         "or the TensorFlow build for your accelerator)") from None
+
+
 def load_tfds(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str = ""
               ) -> ParallelCorpus:
     """Pairs (src_lang text, tgt_lang text) of split ``split`` of TFDS dataset ``name``.
@@ -31,6 +42,7 @@ def load_tfds(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str
     Raises FileNotFoundError (with the command that prepares it) when the dataset is not
     prepared in data_dir, and ValueError for an unknown dataset, split or language.
     """
+    _require_tensorflow()
     import tensorflow_datasets as tfds  # heavy: imported on use
 
     try:

@@ -13,6 +13,8 @@ cross-attention columns: the source pieces.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import os
 import warnings
@@ -39,6 +41,12 @@ def attention_weights(translator: Translator, sentence: str
     """
     if not sentence.strip():
         raise ValueError("sentence must not be empty")
+    if translator.decode_cfg.overlong == "split":
+        # One encoder pass shows one source: the maps are of the truncated sentence,
+        # and so must its translation be (a split one could be longer than the model).
+        translator = copy.copy(translator)
+        translator.decode_cfg = dataclasses.replace(translator.decode_cfg,
+                                                    overlong="truncate")
     cfg, tok = translator.model_cfg, translator.tokenizer
     (source_S,) = translator.encode_sources([sentence])  # warns if it truncates
     if source_S is None:

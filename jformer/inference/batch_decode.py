@@ -19,9 +19,10 @@ from jax.sharding import PartitionSpec as P
 from jformer import search
 from jformer.config import ModelConfig
 from jformer.mesh import AXIS
-from jformer.model import DecodeCache, Transformer, masks
-from jformer.model.cache import reorder_slots
-from jformer.types import Array, PyTree
+from jformer.kernels.decode_cache import reorder_slots
+from jformer.model import DecodeCache, Transformer
+from jformer.model.layers import kernels_of
+from jformer.types import NEG_INF, Array, PyTree
 
 _TRACES: collections.Counter = collections.Counter()  # (inputs shape, spec) -> traces
 
@@ -42,25 +43,27 @@ class SearchSpec:
     chunk_size: int = 8
     n_best: int = 1  # beam: stop a row once this many finished ones can't be beaten
 
+
 def trace_count() -> int:
     """How many times the batch decoder has been traced (= compiled) in this process."""
     return sum(_TRACES.values())
 
-def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
-    """The tied output embedding transposed to [D, V] once (None if the output is untied).
 
-    Tied logits are ``y [N, D] @ embedding [V, D]^T``; with the [V, D] matrix XLA's CPU
-    dot transposes all of it at every decode step (8 MB at V=8192, D=256). The decode
-    step's output projection reads the [D, V] copy directly, while its embedding lookup
-    keeps reading rows of the [V, D] matrix (columns of [D, V] are strided reads).
+def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
+    """For "cpu" kernels, the tied output embedding transposed to [D, V] once (None for an
+    untied output, or plain kernels).
+
+    Tied logits are ``y [N, D] @ embedding [V, D]^T``; XLA:CPU's dot transposes the [V, D]
+    matrix at every decode step, while it reads a [D, V] copy in place. The embedding
+    lookup keeps reading rows of the [V, D] matrix.
     """
-    if not model_cfg.tie_output:
+    if not model_cfg.tie_output or not model_cfg.cpu_kernels:
         return None
-    # In the compute dtype (as output_layer gives it): a bf16 step then reads it without
-    # converting 8 MB every step.
+    # In the compute dtype (as output_layer gives it): a bf16 step reads it unconverted.
     model = Transformer(model_cfg)
     return jax.jit(lambda p: model.apply({"params": p},
                                          method=Transformer.output_layer)[0].T)(params)
+
 
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
                  valid_B: Array | None = None, output_DV: Array | None = None
@@ -69,18 +72,19 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
 
     Returns (step_fn, state). ``state`` is the self-attention cache (self_k, self_v, slot),
     the only per-hypothesis part; cross-attention K/V and the source mask [B, ...] are
-    closed over, so ``step_fn`` takes any N = B*G rows (row b*G + g belongs to source b).
-    A slot-addressed cache (``init_decode_state(..., beam_size=W)``) takes N = B*W rows
-    and goes to beam search with ``reorder=``:func:`reorder_beam_state`.
-    PAD and BOS are never valid outputs, so their logits are set to masks.NEG_INF (a generated
+    closed over, so ``step_fn`` takes any N = B*G rows (row b*G + g belongs to source b)
+    of a cache with N rows. A "cpu" slot-addressed cache (``init_decode_state(...,
+    beam_size=W)``) takes N = B*W rows and goes to beam search with
+    ``reorder=``:func:`reorder_beam_state`.
+    PAD and BOS are never valid outputs, so their logits are set to NEG_INF (a generated
     PAD would vanish from the text and be masked as padding by teacher forcing).
     Rows whose ``valid_B`` is False (batch padding) get logits that force EOS.
-    ``output_DV``: :func:`output_matrix` of the params, for faster tied logits.
+    ``output_DV``: :func:`output_matrix` of the params ("cpu" kernels).
     """
     cfg = model.cfg
     vocab_V = jnp.arange(cfg.vocab_size)
     banned_V = (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
-    forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, masks.NEG_INF).astype(jnp.float32)
+    forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
 
     def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
         self_k, self_v, slot = state
@@ -93,7 +97,7 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
         full = cache.replace(self_k=self_k, self_v=self_v, slot=slot)
         logits_NV, new = model.apply({"params": params}, tokens_N, step, full, output_DV,
                                      method=Transformer.decode_step)
-        logits_NV = jnp.where(banned_V, masks.NEG_INF, logits_NV)
+        logits_NV = jnp.where(banned_V, NEG_INF, logits_NV)
         if valid_B is not None:
             # [B] -> [N]: the G hypotheses of a source share its flag.
             valid_N = jnp.repeat(valid_B, tokens_N.shape[0] // valid_B.shape[0])
@@ -102,19 +106,22 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
 
     return step_fn, (cache.self_k, cache.self_v, cache.slot)
 
+
 def reorder_beam_state(state: PyTree, parent_BW: Array) -> PyTree:
     """Beam search's ``reorder`` for a slot-addressed state: remaps the slot table only."""
     self_k, self_v, slot_BWT = state
     return self_k, self_v, reorder_slots(slot_BWT, parent_BW)
 
+
 def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
                     max_len: int, beam_size: int | None = None) -> DecodeCache:
     """Runs the encoder once and builds the cache (cross K/V projected once per source);
-    ``beam_size``: slot-addressed self-attention buffers for beam search."""
+    ``beam_size``: self-attention buffers for that many hypotheses per source."""
     variables = {"params": params}
     encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
     return model.apply(variables, encoded_BSD, inputs_BS, max_len, beam_size,
                        method=Transformer.init_decode_state)
+
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "spec"))
 def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, valid_B: Array,
@@ -137,17 +144,19 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
       finished [batch, beam] (beam = 1 for greedy and sampling).
     """
     _TRACES[(inputs_BS.shape, spec)] += 1  # runs only while tracing
-    model = Transformer(model_cfg)
-    beam = spec.method == "beam"
+    model, kernels = Transformer(model_cfg), kernels_of(model_cfg)
+    # Beams of "cpu" kernels keep slot-addressed buffers; plain beams tile the row cache.
+    slots = spec.method == "beam" and kernels == "cpu"
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
-                            spec.beam_size if beam else None)
+                            spec.beam_size if slots else None)
     step_fn, state = make_step_fn(model, params, cache, valid_B, output_DV)
     ids = dict(bos_id=model_cfg.bos_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
     common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
-                  chunk_size=spec.chunk_size, min_len=spec.min_len, **ids)
-    if beam:
+                  chunk_size=spec.chunk_size, min_len=spec.min_len, kernels=kernels, **ids)
+    if spec.method == "beam":
         return search.beam_search(step_fn, state, beam_size=spec.beam_size, alpha=alpha,
-                           reorder=reorder_beam_state, n_best=spec.n_best, **common)
+                                  reorder=reorder_beam_state if slots else None,
+                                  n_best=spec.n_best, **common)
     if spec.method == "sample":
         out = search.sample(step_fn, state, rng, temperature=temperature,
                             top_k=spec.top_k, **common)
@@ -156,6 +165,7 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
     # [B, ...] -> [B, 1, ...]: one hypothesis per row, like a beam of width 1.
     return out._replace(tokens=out.tokens[:, None], scores=out.scores[:, None],
                         lengths=out.lengths[:, None], finished=out.finished[:, None])
+
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "spec", "mesh"))
 def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Array,

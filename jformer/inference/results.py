@@ -1,9 +1,12 @@
 """What translation returns, and the errors and warnings of overlong sources."""
 from __future__ import annotations
 
-from typing import NamedTuple
+import heapq
+from typing import NamedTuple, Sequence
 
 import numpy as np
+
+from jformer.inference.segment import Segmentation
 
 
 class _Overlong(Exception):
@@ -36,3 +39,50 @@ class Hypothesis(NamedTuple):
     score: float
     ids: np.ndarray
     finished: bool = True
+
+
+def join_hypotheses(segmentation: Segmentation, piece_hyps: Sequence[Sequence[Hypothesis]],
+                    n_best: int, eos_id: int) -> list[Hypothesis]:
+    """The ``n_best`` best translations of a split sentence, from its pieces' hypotheses.
+
+    A translation takes one hypothesis per piece: its text is theirs joined with the
+    separators the pieces were cut at (:meth:`Segmentation.join`), its score the sum of
+    their scores (each piece is searched on its own, so the sum is the log-probability
+    of the whole under that independence, each piece's length-penalised as the search
+    scored it), its ids theirs concatenated without the inner EOS ids (EOS at the end
+    when every piece finished), finished when every piece finished. The result holds the
+    n_best highest-scoring combinations, best first (exactly, by a best-first walk over
+    each piece's hypotheses sorted by score).
+    """
+    ranked = [sorted(hyps, key=lambda h: -h.score) for hyps in piece_hyps]
+    scores = [[h.score for h in hyps] for hyps in ranked]
+    joined = []
+    for combo in _best_combinations(scores, n_best):
+        picked = [hyps[j] for hyps, j in zip(ranked, combo)]
+        finished = all(h.finished for h in picked)
+        ids = [h.ids[:-1] if len(h.ids) and h.ids[-1] == eos_id else h.ids for h in picked]
+        ids.append(np.array([eos_id] if finished else [], np.int32))
+        joined.append(Hypothesis(segmentation.join([h.text for h in picked]),
+                                 float(sum(h.score for h in picked)),
+                                 np.concatenate(ids).astype(np.int32), finished))
+    return joined
+
+
+def _best_combinations(scores: list[list[float]], n: int) -> list[tuple[int, ...]]:
+    """The (at most) n index tuples with the highest ``sum(scores[k][i_k])``, best first;
+    each ``scores[k]`` is sorted best first."""
+    def total(combo):
+        return sum(s[i] for s, i in zip(scores, combo))
+
+    start = (0,) * len(scores)
+    heap, seen, out = [(-total(start), start)], {start}, []
+    while heap and len(out) < n:
+        _, combo = heapq.heappop(heap)
+        out.append(combo)
+        for k, i in enumerate(combo):
+            if i + 1 < len(scores[k]):
+                nxt = combo[:k] + (i + 1,) + combo[k + 1:]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    heapq.heappush(heap, (-total(nxt), nxt))
+    return out

@@ -6,13 +6,16 @@
 
 Sentences are encoded, grouped into length buckets and batches (:mod:`.buckets`),
 decoded one compiled batch at a time (:mod:`.batch_decode`) and returned in input order.
+A sentence longer than model.max_len is cut into pieces that fit (:mod:`.segment`;
+``decode.overlong``), whose translations are joined back; ``decode.memory_limit`` caps
+the rows of a batch so its cache fits (:mod:`.memory`).
 """
 from __future__ import annotations
 
 import collections
 import os
 import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,13 +27,17 @@ from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, output_matrix)
+from jformer.inference import memory, segment
+from jformer.inference.keys import key_source, source_keys
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
-from jformer.inference.results import Hypothesis, OverlongError, OverlongWarning
+from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
+                                       join_hypotheses)
 from jformer.mesh import make_mesh
 from jformer.model import Transformer
 from jformer.types import Array, PyTree
 
 METHODS = ("beam", "greedy", "sample")
+Pieces = tuple[list[np.ndarray | None], segment.Segmentation | None]
 
 
 class Translator:
@@ -40,17 +47,20 @@ class Translator:
       model_cfg: the model's config (special ids and vocab size must match the tokenizer).
       params: the model parameters (e.g. ``TrainState.params`` or a restored checkpoint).
       tokenizer: the sentencepiece :class:`Tokenizer` the model was trained with.
-      decode_cfg: search defaults, batch size, length buckets, overlong policy.
+      decode_cfg: search defaults, batch size, length buckets, overlong policy, memory
+        limit.
       chunk_size: decode steps between early-exit checks.
       devices: decode each batch data-parallel over this many local devices
         (:func:`decode_batch_parallel`; batch sizes must be multiples of it). On a CPU,
         ``jax.config.update("jax_num_cpu_devices", n)`` before jax starts makes n devices
         of its cores, one search each (``jformer translate --devices``).
+      source_lang: the sources' language (ISO 639 code), for the sentence rules that
+        split overlong sources.
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, tokenizer: Tokenizer,
                  decode_cfg: DecodeConfig | None = None, *, chunk_size: int = 8,
-                 devices: int = 1):
+                 devices: int = 1, source_lang: str = "en"):
         tok_ids = (tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
         cfg_ids = (model_cfg.vocab_size, model_cfg.pad_id, model_cfg.bos_id, model_cfg.eos_id)
         if tok_ids != cfg_ids:
@@ -66,6 +76,7 @@ class Translator:
         self.decode_cfg = decode_cfg or DecodeConfig()
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
+        self.source_lang = source_lang
         self.mesh = make_mesh(local[:devices]) if devices > 1 else None
         # Once, not per batch; on one device (training may hand over mesh-replicated
         # params, which would make every decode run once per device) or replicated over
@@ -96,20 +107,28 @@ class Translator:
         params = checkpoint.restore_params(checkpoint_dir or files.checkpoint_dir(workdir),
                                            step)
         check_params(config.model, params)
+        kwargs.setdefault("source_lang", config.data.src_lang)
         return cls(config.model, params, tokenizer, decode_cfg or config.decode, **kwargs)
 
     # ------------------------------------------------------------------ encoding
     def encode_sources(self, sentences: Sequence[str]) -> list[np.ndarray | None]:
         """EOS-terminated int32 ids per sentence (None for an empty one, or one that
-        encodes to nothing, e.g. only a zero-width space); overlong sources are
-        truncated with an :class:`OverlongWarning` or rejected, by
-        ``decode_cfg.overlong``."""
+        encodes to nothing, e.g. only a zero-width space), one sequence each: an overlong
+        source is rejected with decode.overlong="error", else truncated with an
+        :class:`OverlongWarning` (``translate`` splits it instead under "split")."""
+        policy = "error" if self.decode_cfg.overlong == "error" else "truncate"
+        return [pieces[0] for pieces, _ in self._encode(sentences, policy)]
+
+    def _encode(self, sentences: Sequence[str], policy: str) -> list[Pieces]:
+        """Per sentence: its pieces' ids (None for a piece that encodes to nothing) and
+        their Segmentation (None: one piece, the sentence as given). Overlong sources
+        are split, truncated (with a warning) or rejected, by ``policy``."""
         if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
             raise ValueError("sentences must be a sequence of str")
         limit, eos = self.model_cfg.max_len, self.model_cfg.eos_id
         nonempty = [i for i, s in enumerate(sentences) if s.strip()]
         encoded = self.tokenizer.encode([sentences[i] for i in nonempty], add_eos=True)
-        out: list[np.ndarray | None] = [None] * len(sentences)
+        out: list[Pieces] = [([None], None)] * len(sentences)
         for i, ids in zip(nonempty, encoded):
             if len(ids) == 1:  # EOS alone: nothing the tokenizer keeps
                 continue
@@ -117,25 +136,68 @@ class Translator:
                 detail = (f"{len(ids)} tokens (EOS included), more than "
                           f"model.max_len={limit}")
                 msg = f"sentence {i} has {detail}"
-                if self.decode_cfg.overlong == "error":
+                if policy == "error":
                     raise OverlongError(msg, i, detail)
+                if policy == "split":
+                    out[i] = self._split(sentences[i], i, msg, detail)
+                    continue
                 warnings.warn(OverlongWarning(f"{msg}; truncated to {limit}", i,
                                               f"{detail}; truncated to {limit}"),
                               stacklevel=3)
                 ids = np.append(ids[:limit - 1], np.int32(eos))
-            out[i] = ids
+            out[i] = ([ids], None)
         return out
 
-    def _plan(self, sources: list[np.ndarray | None], batch_size: int
+    def _split(self, text: str, index: int, msg: str, detail: str) -> Pieces:
+        """An overlong sentence's pieces (each <= model.max_len tokens) and their ids."""
+        ids_of: dict[str, np.ndarray] = {}
+
+        def count_tokens(piece: str) -> int:
+            if piece not in ids_of:
+                ids_of[piece] = self.tokenizer.encode([piece], add_eos=True)[0]
+            return len(ids_of[piece])
+
+        try:
+            seg = segment.split_to_fit(text, count_tokens, self.model_cfg.max_len,
+                                       self.source_lang)
+        except segment.SplitterMissing as e:
+            hint = (f"decode.overlong='split': {e} (or set decode.overlong, jformer "
+                    f"translate --overlong, to 'truncate')")
+            raise OverlongError(f"{msg}; {hint}", index, f"{detail}; {hint}") from e
+        return [ids_of[p] if len(ids_of[p]) > 1 else None for p in seg.pieces], seg
+
+    def _plan(self, sources: list[np.ndarray | None], rows_for: Callable[[int], int]
               ) -> list[tuple[int, list[int]]]:
-        """(bucket, sentence indices) per batch: by bucket, sorted by length inside."""
+        """(bucket, source indices) per batch: by bucket, sorted by length inside, at
+        most ``rows_for(bucket)`` sources a batch."""
         by_bucket: dict[int, list[int]] = collections.defaultdict(list)
         for i in sorted((i for i, s in enumerate(sources) if s is not None),
                         key=lambda i: len(sources[i])):
             by_bucket[bucket_for(len(sources[i]), self.buckets)].append(i)
-        return [(bucket, idx[start:start + batch_size])
-                for bucket, idx in sorted(by_bucket.items())
-                for start in range(0, len(idx), batch_size)]
+        plan = []
+        for bucket, idx in sorted(by_bucket.items()):
+            rows = rows_for(bucket)
+            plan += [(bucket, idx[start:start + rows]) for start in range(0, len(idx), rows)]
+        return plan
+
+    def _rows_that_fit(self, batch_size: int, bucket: int, spec: SearchSpec) -> int:
+        """batch_size, or fewer rows (a multiple of the devices) so that each device's
+        share of the batch's cache fits decode.memory_limit."""
+        limit = self.decode_cfg.memory_limit_bytes
+        if not limit:
+            return batch_size
+        devices = 1 if self.mesh is None else self.mesh.size
+        beam = spec.beam_size if spec.method == "beam" else 1
+        fit = memory.rows_that_fit(limit, self.model_cfg, beam, spec.max_len, bucket)
+        if fit < 1:
+            one = memory.cache_bytes(self.model_cfg, 1, beam, spec.max_len, src_len=bucket)
+            raise ValueError(
+                f"decode.memory_limit={self.decode_cfg.memory_limit!r} ({limit} bytes) "
+                f"cannot hold the cache of one row: {one} bytes ({memory.format_bytes(one)}) "
+                f"at beam {beam}, {spec.max_len} output positions and source bucket "
+                f"{bucket}; raise the limit, or lower the beam size or the output length "
+                f"(max_len, decode.max_len_a/b)")
+        return min(batch_size, fit * devices)
 
     def _spec(self, method: str, beam_size: int, max_len: int, top_k: int,
               n_best: int) -> SearchSpec:
@@ -176,10 +238,21 @@ class Translator:
             ``sentences`` only, not on batching, bucketing or ``devices``; or one key
             per sentence, [len(sentences)] (e.g. to continue a stream's numbering).
           batch_size: the most rows per compiled batch (default: decode_cfg.batch_size);
-            a batch with fewer sentences runs on fewer rows (:func:`padded_rows`).
+            a batch with fewer sentences runs on fewer rows (:func:`padded_rows`), and
+            decode.memory_limit may cut it further so the cache fits.
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
           (an empty input gives a one-element list).
+
+        A sentence over model.max_len tokens, with decode.overlong="split" (the default),
+        is cut into pieces that fit (:func:`segment.split_to_fit`); its pieces are
+        decoded in the same batches as the other sentences, and its result joins one
+        hypothesis per piece with the separators the pieces were cut at:
+        :func:`join_hypotheses` (text joined; score the sum of the pieces' scores; ids
+        concatenated; finished if every piece finished). The n_best results are the
+        n_best highest-scoring such combinations. Piece j of sentence i samples with
+        ``fold_in(key_i, j)``. "truncate" keeps the first model.max_len tokens with an
+        :class:`OverlongWarning`; "error" raises :class:`OverlongError`.
         """
         cfg = self.decode_cfg
         beam_size = cfg.beam_size if beam_size is None else beam_size
@@ -191,26 +264,52 @@ class Translator:
             raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
                              f"(each device decodes an equal share); got {batch_size}")
         top_k = cfg.top_k if top_k is None else top_k
-        keys = search.row_keys(jax.random.key(0) if rng is None else rng, len(sentences))
+        key_data, fold_first = key_source(jax.random.key(0) if rng is None else rng,
+                                           len(sentences))
         if max_len is not None and max_len > self.model_cfg.max_len:
             warnings.warn(f"max_len={max_len} is more than the model's positions "
                           f"(model.max_len={self.model_cfg.max_len}); outputs are capped "
                           f"at {self.model_cfg.max_len} tokens", stacklevel=2)
-        sources = self.encode_sources(sentences)
+        encoded = self._encode(sentences, cfg.overlong)
+        # Every piece of every sentence is one source: pieces share batches.
+        sources = [ids for pieces, _ in encoded for ids in pieces]
+        # Per source: its sentence, its piece number, whether its sentence was split.
+        owner = np.array([i for i, (pieces, _) in enumerate(encoded) for _ in pieces], np.int32)
+        piece = np.array([j for pieces, _ in encoded for j in range(len(pieces))], np.int32)
+        split = np.array([seg is not None for pieces, seg in encoded for _ in pieces], bool)
         empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
-        results: list[list[Hypothesis]] = [[empty] for _ in sentences]
-        for bucket, idx in self._plan(sources, batch_size):
+        piece_hyps: list[list[Hypothesis]] = [[empty] for _ in sources]
+        specs, caps = {}, {}
+        for bucket in self.buckets:
             out_len = (output_len(bucket, self.model_cfg, cfg, self.chunk_size)
                        if max_len is None else min(max_len, self.model_cfg.max_len))
-            spec = self._spec(method, beam_size, out_len, top_k, n_best)
-            rows = padded_rows(len(idx), batch_size,
+            specs[bucket] = self._spec(method, beam_size, out_len, top_k, n_best)
+
+        def rows_for(bucket: int) -> int:  # checked only for buckets in use
+            if bucket not in caps:
+                caps[bucket] = self._rows_that_fit(batch_size, bucket, specs[bucket])
+            return caps[bucket]
+
+        for bucket, idx in self._plan(sources, rows_for):
+            rows = padded_rows(len(idx), caps[bucket],
                                1 if self.mesh is None else self.mesh.size)
             # Padding rows reuse a real row's key (their samples are discarded).
-            batch_keys = keys[np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")]
-            hyps = self._decode([sources[i] for i in idx], bucket, rows, spec, batch_keys,
-                                alpha if method == "beam" else 0.0, temperature, n_best)
+            at = np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")
+            data = key_data[np.zeros(rows, np.int32) if fold_first else owner[at]]
+            batch_keys = source_keys(data, owner[at], piece[at], split[at],
+                                      fold_first=fold_first)
+            hyps = self._decode([sources[i] for i in idx], bucket, rows, specs[bucket],
+                                batch_keys, alpha if method == "beam" else 0.0, temperature,
+                                n_best)
             for i, h in zip(idx, hyps):
-                results[i] = h
+                piece_hyps[i] = h
+        results: list[list[Hypothesis]] = []
+        first = 0
+        for pieces, seg in encoded:
+            hyps = piece_hyps[first:first + len(pieces)]
+            first += len(pieces)
+            results.append(hyps[0] if seg is None
+                           else join_hypotheses(seg, hyps, n_best, self.model_cfg.eos_id))
         if not return_scores:
             results = [[h.text for h in hyps] for hyps in results]
         return [r if n_best > 1 else r[0] for r in results]

@@ -1,0 +1,25 @@
+"""XLA:CPU speed-ups, each the same function as the stock op it replaces.
+
+``ModelConfig.kernels`` chooses: "plain" runs stock JAX/Flax (what :mod:`jformer.model`
+shows, and what GPUs and TPUs run), "cpu" runs these, "auto" picks "cpu" on the CPU
+backend and "plain" elsewhere (:func:`jformer.config.resolve_kernels`).
+
+| kernel | replaces (plain form) | why on XLA:CPU |
+|---|---|---|
+| matmul.dense | ``x @ w`` through autodiff | weight gradients as plain [I, N] x [N, O] products; bf16 backward products |
+| layernorm.LayerNorm | ``flax.linen.LayerNorm`` | a one-pass gradient from saved statistics |
+| dropout.Dropout | ``flax.linen.Dropout`` (threefry masks) | masks from a cheap counter-based hash |
+| tied_logits | ``einsum("BLD,VD->BLV")`` | the embedding gradient without transposing the logits' gradient |
+| fused_loss.projected_cross_entropy | full logits + label-smoothed cross entropy | the output projection fused with the loss in cached chunks |
+| attention, decode_cache | ``dot_product_attention`` over [B, M, H, K] caches | heads-first products read in place; slot-addressed beams |
+| topk.fast_argmax / fast_top_k | ``jnp.argmax`` / ``lax.top_k`` | vector reductions instead of element-wise scans |
+
+Each has a test of values and gradients against its plain form (tests/kernels), and the
+whole model is tested equal under both (tests/model/test_kernels_switch.py). What each
+one buys is measured in kernels/README.md.
+"""
+from jformer.kernels.dropout import Dropout
+from jformer.kernels.layernorm import LayerNorm
+from jformer.kernels.matmul import dense, dense_dot_general
+
+__all__ = ["Dropout", "LayerNorm", "dense", "dense_dot_general"]

@@ -1,12 +1,11 @@
 """Dropout (paper 5.4) with masks from a cheap counter-based hash instead of threefry.
 
-``jax.random.bernoulli`` runs threefry-2x32 (20 rounds) for every element; on the CPU
-that was about a tenth of a training step for the small model. Here the JAX key only
-seeds the mask: one threefry call draws two 32-bit words, and each element's 32 random
+``jax.random.bernoulli`` runs threefry-2x32 (20 rounds) for every element, which is
+costly on a CPU. Here the JAX key only seeds the mask: one threefry call draws two 32-bit words, and each element's 32 random
 bits are a hash of (its flat index, those words): two rounds of an integer mixer (a
 xorshift-multiply "lowbias32" finaliser), about a dozen vector instructions per element
 that XLA fuses into the op using the mask. The bits are uniform and uncorrelated at the
-level dropout needs (checked in tests/test_dropout.py), not cryptographic; masks are a
+level dropout needs (checked in tests/kernels/test_dropout.py), not cryptographic; masks are a
 pure function of the key, so runs stay reproducible, and Flax's per-module keys give
 every dropout site its own stream.
 """

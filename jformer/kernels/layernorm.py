@@ -3,10 +3,9 @@
 Same parameters as ``flax.linen.LayerNorm`` (``scale`` [D], ones; ``bias`` [D], zeros)
 and the same result up to float rounding: statistics in float32 over the last axis
 (two-pass variance), output in the compute dtype. Only the backward pass is written
-out: autodiff of the normalisation broadcast the scale to every [B, L, D] activation
-once and stored it for both passes (XLA materialised 12 such 2 MiB arrays per small
-training step); here the gradient is one fused pass over (x, g) from the saved mean and
-reciprocal standard deviation.
+out: autodiff of the normalisation broadcasts the scale to every [B, L, D] activation
+and stores it for both passes; here the gradient is one fused pass over (x, g) from the
+saved mean and reciprocal standard deviation. Plain form: ``flax.linen.LayerNorm``.
 """
 from __future__ import annotations
 

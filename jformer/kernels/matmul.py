@@ -1,22 +1,21 @@
 """Dense products x [..., I] . w [I, O] with a backward pass laid out for XLA:CPU.
 
-Every weight product of the model (attention projections, FFN) goes through ``dense``.
-The forward value is the plain product; only the gradient is written out, for two
-reasons (measured with bench/bench_train.py on 2 Zen 4 cores):
+With ``model.kernels="cpu"`` every weight product of the model (attention projections,
+FFN) goes through ``dense``. The forward value is the plain product; only the gradient is
+written out, for two reasons:
 
-* d w = x^T g contracts over the N = batch x length rows of both operands. XLA:CPU, left
-  to itself, gave several of these products a transposed operand on each side and ran
-  them on a slow path (about 55 vs 90 GFLOP/s per core for the FFN). Here the narrower
-  of x and g is copied once into transposed order (an activation-sized array) and the
-  product is a plain [I, N] x [N, O] (or [O, N] x [N, I], then a weight-sized
-  transpose); optimization barriers stop XLA from folding the copies back. Together
-  about 10% less CPU time per float32 step.
+* d w = x^T g contracts over the N = batch x length rows of both operands. XLA:CPU gives
+  such products a transposed operand on each side and runs them on a slow path. Here the
+  narrower of x and g is copied once into transposed order (an activation-sized array)
+  and the product is a plain [I, N] x [N, O] (or [O, N] x [N, I], then a weight-sized
+  transpose); optimisation barriers stop XLA from folding the copies back.
 * With bf16 compute, autodiff of a bf16 product that accumulates in f32 multiplies the
-  f32 cotangent by bf16 operands, which JAX upcasts: every backward product ran in f32,
-  and bf16 was no faster than float32. Here the products take bf16 (compute-dtype)
-  operands and accumulate in f32, the form XLA:CPU runs on its bf16 kernels at about
-  twice the float32 rate. (XLA:CPU still converts the d w products to f32, as it does
-  for any bf16 product with a transposed operand.)
+  f32 cotangent by bf16 operands, which JAX upcasts to f32 products. Here the backward
+  products take compute-dtype operands and accumulate in f32, the form XLA:CPU runs on
+  its bf16 kernels.
+
+Plain form: ``x @ w`` through autodiff. Equality: tests/kernels/test_matmul.py; what it
+buys: kernels/README.md.
 """
 from __future__ import annotations
 

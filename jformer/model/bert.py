@@ -15,9 +15,9 @@ tanh(W h_[CLS] + b) (``bert.pooler``; paper 3.1 and the released code). Heads:
 
 * ``pretrain``: masked LM, a transform (dense, the model's activation, LayerNorm), then
   logits tied to the token embedding with their own bias [V]; only the gathered masked
-  positions [B, P] are transformed and projected (the loss fuses the projection:
-  :func:`jformer.train.losses.projected_cross_entropy`). Next-sentence prediction: a
-  2-way softmax on the pooled [CLS] (label 1: B is random).
+  positions [B, P] are transformed and projected (with ``model.kernels="cpu"`` the loss
+  fuses the projection: :func:`jformer.kernels.fused_loss.projected_cross_entropy`).
+  Next-sentence prediction: a 2-way softmax on the pooled [CLS] (label 1: B is random).
 * ``classify``: softmax over W . pooled [CLS] (single sentences and pairs);
 * ``tag``: a softmax per token (the first piece of each word carries its tag);
 * ``span``: start and end scores per token, S . h_i and E . h_i (paper 4.2).
@@ -34,12 +34,12 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from jformer import kernels
 from jformer.config import BertConfig, ModelConfig
-from jformer.kernels.dropout import Dropout
-from jformer.kernels.layernorm import LayerNorm
 from jformer.model import masks
 from jformer.model.embeddings import PositionalEncoding, TokenEmbedding
-from jformer.model.layers import EncoderLayer, check_same_shape, check_tokens, dtype_of
+from jformer.model.layers import (EncoderLayer, check_same_shape, check_tokens, dropout,
+                                  dtype_of, kernels_of, layer_norm)
 from jformer.types import Array, PyTree
 
 HEADS = ("pretrain", "classify", "tag", "span")
@@ -55,18 +55,19 @@ class BertEncoder(nn.Module):
 
     def setup(self):
         cfg, dtype = self.cfg, dtype_of(self.cfg)
-        self.token_embedding = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype)
+        self.token_embedding = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype,
+                                              kernels=kernels_of(cfg))
         self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
         if self.bert.type_vocab_size:
             self.type_embedding = nn.Embed(self.bert.type_vocab_size, cfg.d_model,
                                            embedding_init=nn.initializers.normal(0.02))
         if self.bert.embedding_norm:
-            self.embedding_norm = LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype)
-        self.embed_dropout = Dropout(cfg.dropout_rate)
+            self.embedding_norm = layer_norm(cfg)
+        self.embed_dropout = dropout(cfg, cfg.dropout_rate)
         self.layers = [EncoderLayer(cfg, name=f"layer_{i}")
                        for i in range(cfg.num_encoder_layers)]
         if cfg.norm == "pre":  # pre-LN leaves the residual stream unnormalised
-            self.final_norm = LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype)
+            self.final_norm = layer_norm(cfg)
 
     def embed(self, inputs_BL: Array, token_types_BL: Array | None) -> Array:
         """Token + position (+ segment) embeddings [B, L, D], before norm and dropout."""
@@ -106,14 +107,16 @@ class Bert(nn.Module):
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}; got {self.head!r}")
         cfg, dtype = self.cfg, dtype_of(self.cfg)
-        dense = lambda n: nn.Dense(n, dtype=dtype, kernel_init=_DENSE_INIT)  # noqa: E731
+        product = {"dot_general": kernels.dense_dot_general} if cfg.cpu_kernels else {}
+        dense = lambda n: nn.Dense(n, dtype=dtype, kernel_init=_DENSE_INIT,  # noqa: E731
+                                   **product)
         self.encoder = BertEncoder(cfg, self.bert)
-        self.head_dropout = Dropout(cfg.dropout_rate)
+        self.head_dropout = dropout(cfg, cfg.dropout_rate)
         if self.bert.pooler and self.head in ("pretrain", "classify"):
             self.pooler = dense(cfg.d_model)
         if self.head == "pretrain":
             self.mlm_transform = dense(cfg.d_model)
-            self.mlm_norm = LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype)
+            self.mlm_norm = layer_norm(cfg)
             self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (cfg.vocab_size,))
             if self.next_sentence:
                 self.nsp = dense(2)

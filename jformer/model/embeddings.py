@@ -1,17 +1,17 @@
 """Token embeddings (shared, scaled by sqrt(d_model), tied to the output) and positions.
 
-Paper 3.4: source embedding, target embedding and the pre-softmax projection may
+Paper 3.4: the source embedding, the target embedding and the pre-softmax projection may
 share one matrix; embeddings are multiplied by sqrt(d_model). Paper 3.5: sinusoidal
-positional encodings, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...).
+positional encodings PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) =
+cos(pos / 10000^(2i/d)), for i = 0 .. d/2 - 1, added to the embeddings.
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
-from jax import lax
 
+from jformer.kernels.tied_logits import tied_logits
 from jformer.types import Array
 
 
@@ -40,7 +40,7 @@ def sinusoid_table(max_len: int, d_model: int, interleaved: bool = True) -> np.n
 
 
 class PositionalEncoding(nn.Module):
-    """Adds position information to [B, L, D] inputs (kind: sinusoidal | sinusoidal_concat | learned)."""
+    """Position vectors (kind: sinusoidal | sinusoidal_concat | learned) for [B, L] positions."""
 
     kind: str
     max_len: int
@@ -48,7 +48,7 @@ class PositionalEncoding(nn.Module):
 
     @nn.compact
     def __call__(self, positions_BL: Array) -> Array:
-        """Position vectors for integer positions [B, L] (any values in [0, max_len))."""
+        """Vectors [B, L, D] for integer positions [B, L] (values in [0, max_len))."""
         if self.kind == "learned":
             table = self.param("table", nn.initializers.normal(stddev=0.02),
                                (self.max_len, self.d_model))
@@ -58,44 +58,13 @@ class PositionalEncoding(nn.Module):
         return jnp.take(table, positions_BL, axis=0)
 
 
-@jax.custom_vjp
-def tied_logits(x_BLD: Array, embedding_VD: Array) -> Array:
-    """x [B, L, D] . embedding [V, D]^T -> float32 logits [B, L, V] (inputs in one dtype).
-
-    The same product as ``jnp.einsum("BLD,VD->BLV", ...)``; only the backward pass is
-    written out, to pick cheap layouts for XLA:CPU's matrix kernels (see _tied_logits_bwd).
-    """
-    return jnp.einsum("BLD,VD->BLV", x_BLD, embedding_VD, preferred_element_type=jnp.float32)
-
-
-def _tied_logits_fwd(x_BLD, embedding_VD):
-    return tied_logits(x_BLD, embedding_VD), (x_BLD, embedding_VD)
-
-
-def _tied_logits_bwd(residuals, d_logits_BLV):
-    x_BLD, embedding_VD = residuals
-    # Backward matmuls run in the compute dtype (bf16 or f32) with f32 accumulation.
-    g_BLV = d_logits_BLV.astype(x_BLD.dtype)
-    d_x_BLD = jnp.einsum("BLV,VD->BLD", g_BLV, embedding_VD,
-                         preferred_element_type=jnp.float32).astype(x_BLD.dtype)
-    # d embedding = g^T x. Left to itself XLA computes it as [V, B*L] x [B*L, D] and so
-    # first copies g, the largest array of the step ([B*L, V]), into transposed order;
-    # as (x^T g)^T it transposes x [B*L, D] and the [D, V] result instead, V/D times less
-    # data. The barrier keeps XLA from folding the transpose back into the product.
-    d_emb_DV = lax.optimization_barrier(
-        jnp.einsum("BLD,BLV->DV", x_BLD, g_BLV, preferred_element_type=jnp.float32))
-    return d_x_BLD, d_emb_DV.T.astype(embedding_VD.dtype)
-
-
-tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
-
-
 class TokenEmbedding(nn.Module):
     """A [vocab, d_model] embedding: lookups scaled by sqrt(d_model), and tied logits."""
 
     vocab_size: int
     d_model: int
     dtype: jnp.dtype = jnp.float32
+    kernels: str = "plain"  # "cpu": tied logits through jformer.kernels.tied_logits
 
     def setup(self):
         # std d_model^-0.5: after the sqrt(d_model) scale, embeddings have unit variance,
@@ -109,5 +78,8 @@ class TokenEmbedding(nn.Module):
         return (x * jnp.sqrt(self.d_model)).astype(self.dtype)
 
     def attend(self, x_BLD: Array) -> Array:
-        """Tied output projection: [B, L, D] -> float32 logits [B, L, V]."""
-        return tied_logits(x_BLD.astype(self.dtype), self.embedding.astype(self.dtype))
+        """Tied output projection x . E^T: [B, L, D] -> float32 logits [B, L, V]."""
+        x_BLD, emb_VD = x_BLD.astype(self.dtype), self.embedding.astype(self.dtype)
+        if self.kernels == "cpu":
+            return tied_logits(x_BLD, emb_VD)
+        return jnp.einsum("BLD,VD->BLV", x_BLD, emb_VD, preferred_element_type=jnp.float32)

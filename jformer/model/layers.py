@@ -1,4 +1,10 @@
-"""Position-wise FFN, the residual sublayer, and the encoder and decoder layers (paper 3.1-3.3)."""
+"""Position-wise FFN, the residual sublayer, and the encoder and decoder layers (paper 3.1-3.3).
+
+The stock Flax ops (``nn.Dense``, ``nn.LayerNorm``, ``nn.Dropout``) compute them; with
+``ModelConfig.kernels="cpu"`` the same functions run through :mod:`jformer.kernels` (a dense
+product and a LayerNorm with hand-written gradients, hashed dropout masks): same
+parameters, same values (tests/kernels).
+"""
 from __future__ import annotations
 
 from typing import Callable
@@ -6,11 +12,9 @@ from typing import Callable
 import jax.numpy as jnp
 from flax import linen as nn
 
-from jformer.model.attention import MultiHeadAttention
+from jformer import kernels
 from jformer.config import ModelConfig
-from jformer.kernels.dropout import Dropout
-from jformer.kernels.layernorm import LayerNorm
-from jformer.kernels.matmul import dense_dot_general
+from jformer.model.attention import MultiHeadAttention
 from jformer.types import Array
 
 _DENSE_INIT = nn.initializers.xavier_uniform()
@@ -18,6 +22,24 @@ _DENSE_INIT = nn.initializers.xavier_uniform()
 
 def dtype_of(cfg: ModelConfig) -> jnp.dtype:
     return jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
+
+
+def kernels_of(cfg: ModelConfig) -> str:
+    """"cpu" or "plain": ``cfg.kernels`` with "auto" resolved for the default backend."""
+    return "cpu" if cfg.cpu_kernels else "plain"
+
+
+def layer_norm(cfg: ModelConfig) -> nn.Module:
+    """LayerNorm over d_model (Ba et al., 2016): float32 statistics, compute-dtype output."""
+    if cfg.cpu_kernels:
+        return kernels.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg))
+    return nn.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg),
+                        use_fast_variance=False)
+
+
+def dropout(cfg: ModelConfig, rate: float) -> nn.Module:
+    """Dropout (paper 5.4); the "cpu" kernels draw the mask from a counter-based hash."""
+    return kernels.Dropout(rate) if cfg.cpu_kernels else nn.Dropout(rate)
 
 
 class FeedForward(nn.Module):
@@ -28,12 +50,13 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x_BLD: Array, deterministic: bool = True) -> Array:
         cfg, dtype = self.cfg, dtype_of(self.cfg)
-        h_BLF = nn.Dense(cfg.d_ff, dtype=dtype, kernel_init=_DENSE_INIT,
-                         dot_general=dense_dot_general, name="wi")(x_BLD)
+        product = {"dot_general": kernels.dense_dot_general} if cfg.cpu_kernels else {}
+        h_BLF = nn.Dense(cfg.d_ff, dtype=dtype, kernel_init=_DENSE_INIT, name="wi",
+                         **product)(x_BLD)
         h_BLF = nn.relu(h_BLF) if cfg.activation == "relu" else nn.gelu(h_BLF)
-        h_BLF = Dropout(cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
-        return nn.Dense(cfg.d_model, dtype=dtype, kernel_init=_DENSE_INIT,
-                        dot_general=dense_dot_general, name="wo")(h_BLF)
+        h_BLF = dropout(cfg, cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
+        return nn.Dense(cfg.d_model, dtype=dtype, kernel_init=_DENSE_INIT, name="wo",
+                        **product)(h_BLF)
 
 
 class Residual(nn.Module):
@@ -46,8 +69,8 @@ class Residual(nn.Module):
     cfg: ModelConfig
 
     def setup(self):
-        self.norm = LayerNorm(epsilon=self.cfg.layer_norm_epsilon, dtype=dtype_of(self.cfg))
-        self.dropout = Dropout(self.cfg.dropout_rate)
+        self.norm = layer_norm(self.cfg)
+        self.dropout = dropout(self.cfg, self.cfg.dropout_rate)
 
     def __call__(self, x_BLD: Array, sublayer: Callable[[Array], Array],
                  deterministic: bool = True) -> Array:
@@ -58,7 +81,8 @@ class Residual(nn.Module):
 
 def _attention(cfg: ModelConfig, cross: bool = False) -> MultiHeadAttention:
     return MultiHeadAttention(cfg.num_heads, cfg.d_model, cross=cross,
-                              dropout_rate=cfg.attention_dropout_rate, dtype=dtype_of(cfg))
+                              dropout_rate=cfg.attention_dropout_rate, dtype=dtype_of(cfg),
+                              kernels=kernels_of(cfg))
 
 
 class EncoderLayer(nn.Module):
@@ -96,7 +120,8 @@ class DecoderLayer(nn.Module):
         self.ffn_residual = Residual(self.cfg)
 
     def project_memory(self, encoded_BSD: Array) -> tuple[Array, Array]:
-        """Cross-attention keys and values for this layer, each [B, H, S, K] (heads first)."""
+        """This layer's cross-attention keys and values of the encoder output
+        (:meth:`MultiHeadAttention.project_memory`)."""
         return self.cross_attention.project_memory(encoded_BSD)
 
     def __call__(self, y_BTD: Array, encoded_BSD: Array, self_mask: Array | None,
@@ -104,18 +129,18 @@ class DecoderLayer(nn.Module):
         y_BTD = self.self_residual(
             y_BTD, lambda h: self.self_attention.self_attend(h, self_mask, deterministic),
             deterministic)
-        k_BHSK, v_BHSK = self.project_memory(encoded_BSD)
+        k, v = self.project_memory(encoded_BSD)
         y_BTD = self.cross_residual(
-            y_BTD, lambda h: self.cross_attention.cross_attend(h, k_BHSK, v_BHSK, cross_mask,
+            y_BTD, lambda h: self.cross_attention.cross_attend(h, k, v, cross_mask,
                                                                deterministic), deterministic)
         return self.ffn_residual(y_BTD, lambda h: self.ffn(h, deterministic), deterministic)
 
     def step(self, y_B1D: Array, cache_k: Array, cache_v: Array, index: Array,
              cross_k: Array, cross_v: Array, cross_mask: Array,
              slot_BWT: Array | None = None) -> tuple[Array, Array, Array]:
-        """One position: y [B, 1, D] -> (y [B, 1, D], new cache_k, new cache_v).
+        """One position of every row: y [N, 1, D] -> (y [N, 1, D], cache_k, cache_v).
 
-        ``slot_BWT``: the slot table of a slot-addressed beam cache (y then holds B*W rows).
+        ``slot_BWT``: the slot table of the "cpu" kernels' beam cache (y then holds B*W rows).
         """
         new_kv = {}
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jformer.types import Array, ArrayLike
-
-NEG_INF = -1e9  # the one "minus infinity" for masked attention logits
+from jformer.types import NEG_INF, Array, ArrayLike  # noqa: F401  (NEG_INF is applied with the masks)
 
 
 def padding_mask(query_valid_BL: ArrayLike, key_valid_BM: ArrayLike) -> Array:

@@ -15,14 +15,13 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
-from jformer.model import masks
 from jformer.config import ModelConfig
-from jformer.kernels.dropout import Dropout
+from jformer.kernels import decode_cache as cpu_cache
+from jformer.model import masks
+from jformer.model.cache import DecodeCache
 from jformer.model.embeddings import PositionalEncoding, TokenEmbedding
-from jformer.model.cache import DecodeCache, claim_slots, init_beam_self_cache, init_self_cache
-from jformer.kernels.layernorm import LayerNorm
 from jformer.model.layers import (DecoderLayer, EncoderLayer, check_same_shape, check_tokens,
-                            dtype_of)
+                                  dropout, dtype_of, kernels_of, layer_norm)
 from jformer.types import Array
 
 
@@ -73,9 +72,9 @@ class _Stack(nn.Module):
     def setup(self):
         cfg = self.cfg
         self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
-        self.embed_dropout = Dropout(cfg.dropout_rate)
+        self.embed_dropout = dropout(cfg, cfg.dropout_rate)
         if cfg.norm == "pre":  # pre-LN leaves the residual stream unnormalised
-            self.final_norm = LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg))
+            self.final_norm = layer_norm(cfg)
 
     def embed_tokens(self, tokens_BL: Array, positions_BL: Array, deterministic: bool) -> Array:
         x_BLD = self.embed(tokens_BL) + self.positional(positions_BL).astype(dtype_of(self.cfg))
@@ -124,8 +123,9 @@ class Decoder(_Stack):
     def logits(self, y_BLD: Array, output_DV: Array | None = None) -> Array:
         """Final states [B, L, D] (before the pre-LN final norm) -> float32 logits [B, L, V].
 
-        ``output_DV``: the tied embedding transposed to [D, V] once (decoding: the product
-        then reads it in place); None: the embedding itself.
+        ``output_DV``: the tied embedding transposed to [D, V] once, which a "cpu" decode
+        step's product reads in place (``jformer.inference.batch_decode.output_matrix``);
+        None: the embedding itself.
         """
         y_BLD = self.finish(y_BLD)
         if self.cfg.tie_output and output_DV is not None:
@@ -164,19 +164,33 @@ class Decoder(_Stack):
 
     def init_cache(self, encoded_BSD: Array, inputs_BS: Array, max_len: int,
                    beam_size: int | None = None) -> DecodeCache:
+        """Zeroed self-attention buffers for ``max_len`` positions of each source's
+        ``beam_size`` hypotheses (None: one row per source), and every layer's cross K/V."""
         cfg = self.cfg
+        if cfg.cpu_kernels:
+            return self._init_cpu_cache(encoded_BSD, inputs_BS, max_len, beam_size)
         cross = [layer.project_memory(encoded_BSD) for layer in self.layers]
+        rows = inputs_BS.shape[0] * (beam_size or 1)  # row b*W + w: hypothesis w of source b
+        shape = (rows, max_len, cfg.num_heads, cfg.head_dim)
+        zeros = tuple(jnp.zeros(shape, dtype_of(cfg)) for _ in self.layers)
+        return DecodeCache(self_k=zeros, self_v=zeros, cross_k=tuple(k for k, _ in cross),
+                           cross_v=tuple(v for _, v in cross),
+                           source_valid=inputs_BS != cfg.pad_id)
+
+    def _init_cpu_cache(self, encoded_BSD, inputs_BS, max_len, beam_size):
+        """The cache in the layouts of :mod:`jformer.kernels.decode_cache`; with
+        ``beam_size`` W, slot-addressed buffers for W hypotheses per source."""
+        cfg = self.cfg
+        cross = [cpu_cache.memory_layout(*layer.project_memory(encoded_BSD))
+                 for layer in self.layers]
         dims = (max_len, cfg.num_heads, cfg.head_dim, dtype_of(cfg))
         slot = None
         if beam_size is None:
-            self_k, self_v = init_self_cache(cfg.num_decoder_layers, inputs_BS.shape[0], *dims)
+            self_k, self_v = cpu_cache.init_self_cache(len(self.layers), inputs_BS.shape[0], *dims)
         else:
-            self_k, self_v, slot = init_beam_self_cache(cfg.num_decoder_layers,
-                                                        inputs_BS.shape[0], beam_size, *dims)
-        # Cross keys transposed once per source, [B, H, S, K] -> [B, H, K, S], as the
-        # steps' products read them.
-        return DecodeCache(self_k=self_k, self_v=self_v,
-                           cross_k=tuple(k.transpose(0, 1, 3, 2) for k, _ in cross),
+            self_k, self_v, slot = cpu_cache.init_beam_self_cache(
+                len(self.layers), inputs_BS.shape[0], beam_size, *dims)
+        return DecodeCache(self_k=self_k, self_v=self_v, cross_k=tuple(k for k, _ in cross),
                            cross_v=tuple(v for _, v in cross),
                            source_valid=inputs_BS != cfg.pad_id, slot=slot)
 
@@ -185,7 +199,7 @@ class Decoder(_Stack):
         positions_B1 = jnp.broadcast_to(index, tokens_B.shape)[:, None]
         y_B1D = self.embed_tokens(tokens_B[:, None], positions_B1, deterministic=True)
         cross_mask = cache.source_valid[:, None, None, :]  # [B, 1, 1, S]
-        slot = None if cache.slot is None else claim_slots(cache.slot, index)
+        slot = None if cache.slot is None else cpu_cache.claim_slots(cache.slot, index)
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             y_B1D, k, v = layer.step(y_B1D, cache.self_k[i], cache.self_v[i], index,
@@ -210,11 +224,13 @@ class Transformer(nn.Module):
     def setup(self):
         cfg, dtype = self.cfg, dtype_of(self.cfg)
         if cfg.share_embeddings:
-            source_embed = target_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype,
-                                                         name="shared_embedding")
+            source_embed = target_embed = TokenEmbedding(
+                cfg.vocab_size, cfg.d_model, dtype, kernels_of(cfg), name="shared_embedding")
         else:
-            source_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, name="source_embedding")
-            target_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, name="target_embedding")
+            source_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, kernels_of(cfg),
+                                          name="source_embedding")
+            target_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, kernels_of(cfg),
+                                          name="target_embedding")
         self.encoder = Encoder(cfg, source_embed)
         self.decoder = Decoder(cfg, target_embed)
 
@@ -292,8 +308,9 @@ class Transformer(nn.Module):
                           beam_size: int | None = None) -> DecodeCache:
         """A :class:`DecodeCache` for ``max_decode_len`` output positions; cross K/V computed once.
 
-        ``beam_size=W``: slot-addressed self-attention buffers for W hypotheses per source
-        (decode steps then take B*W tokens); None: one row per source (see kv_cache).
+        ``beam_size=W``: self-attention buffers for W hypotheses per source, so decode
+        steps take B*W tokens (row b*W + w; with kernels="cpu" slot-addressed, see
+        :mod:`jformer.kernels.decode_cache`); None: one row per source.
         """
         check_tokens("inputs", inputs)
         self._check_encoded(encoded, inputs)
@@ -308,12 +325,12 @@ class Transformer(nn.Module):
                     output_DV: Array | None = None) -> tuple[Array, DecodeCache]:
         """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache).
 
-        ``output_DV``: optional [d_model, vocab] copy of the tied output embedding
-        (``jformer.inference.translator.output_matrix``), read by the output projection. With a beam
-        cache (``init_decode_state(beam_size=W)``) batch is sources * W.
+        ``output_DV``: optional [d_model, vocab] copy of the tied output embedding for
+        "cpu" kernels (``jformer.inference.batch_decode.output_matrix``). With a beam cache
+        (``init_decode_state(beam_size=W)``) batch is sources * W.
         """
-        # Per-row caches may be tiled to B*G rows (G hypotheses per source); a beam cache
-        # holds B*W.
+        # A row cache holds its rows (a search may tile it: G hypotheses per source); a
+        # slot-addressed beam cache holds B*W.
         rows = (cache.self_k[0].shape[0] if cache.slot is None
                 else cache.slot.shape[0] * cache.slot.shape[1])
         shape, dtype = getattr(tokens, "shape", None), getattr(tokens, "dtype", None)

@@ -6,8 +6,8 @@ state)`` (:mod:`jformer.search.loop`), so it is tested on toy Markov chains.
 from jformer.search.beam import Reorder, beam_search, gather_rows
 from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
                                  chunked_decode_loop, length_penalty)
-from jformer.search.sampling import greedy_search, row_keys, sample
+from jformer.search.sampling import greedy_search, row_keys, sample, typed_keys
 
 __all__ = ["DecodeResult", "Reorder", "StepFn", "beam_search", "call_step_fn", "check_knob",
            "chunked_decode_loop", "gather_rows", "greedy_search", "length_penalty", "row_keys",
-           "sample"]
+           "sample", "typed_keys"]

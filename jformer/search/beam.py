@@ -56,15 +56,20 @@ class _BeamCarry(NamedTuple):
     steps_B: jax.Array         # int32 [B]: steps that updated the row
 
 
-def _top_extensions(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The k best of the W*V extensions per row: (log-probs, parent beams, tokens), [B, k].
+def _top_extensions(ext_BWV: jax.Array, k: int,
+                    kernels: str = "plain") -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The k best of the W*V extensions per row: (log-probs, parent beams, tokens), [B, k],
+    best first (ties: lower beam, then lower token).
 
-    Two stages: each beam's best k (:func:`~jformer.search.loop.fast_top_k`), then the best k
-    of those W*k. Same result and order as one top_k over [B, W*V] (ties: lower beam, then
-    lower token, first), but XLA's CPU TopK over W*V columns took longer than the whole
-    vocabulary projection.
+    kernels="cpu": in two stages, each beam's best k (:func:`~jformer.kernels.topk.
+    fast_top_k`), then the best k of those W*k: the same result without a TopK over W*V
+    columns, which XLA:CPU runs element by element.
     """
     batch, w, vocab = ext_BWV.shape
+    if kernels != "cpu":
+        # [B, W, V] -> [B, W*V], beam-major: index = beam * V + token
+        logp_BC, pick_BC = lax.top_k(ext_BWV.reshape(batch, w * vocab), k)
+        return logp_BC, pick_BC // vocab, pick_BC % vocab
     top_BWK, token_BWK = fast_top_k(ext_BWV, min(k, vocab))
     per_beam = top_BWK.shape[-1]
     # [B, W, k] -> [B, W*k], beam-major like the flattened [B, W*V] order.
@@ -75,7 +80,7 @@ def _top_extensions(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, j
 
 def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder, *,
                max_len: int, alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int,
-               min_len: int, n_best: int = 1) -> _BeamCarry:
+               min_len: int, n_best: int = 1, kernels: str = "plain") -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values."""
     batch, w = c.prev_BW.shape
     logp_NV, new_state = call_step_fn(step_fn, c.prev_BW.reshape(batch * w), step,
@@ -89,7 +94,7 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
         logp_NV = jnp.where(force_N1 & (jnp.arange(vocab) != eos_id), -jnp.inf, logp_NV)
     # [B*W, V] -> [B, W, V]: extend every alive hypothesis by every token.
     ext_BWV = logp_NV.reshape(batch, w, vocab) + c.alive_logp_BW[:, :, None]
-    cand_logp_BC, parent_BC, token_BC = _top_extensions(ext_BWV, 2 * w)
+    cand_logp_BC, parent_BC, token_BC = _top_extensions(ext_BWV, 2 * w, kernels)
     is_eos_BC = token_BC == eos_id
 
     # Alive: the W best candidates that do not end in EOS.
@@ -162,7 +167,8 @@ def _final_beams(c: _BeamCarry, *, alpha: jax.typing.ArrayLike, eos_id: int,
 def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: int,
                 max_len: int, alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int,
                 pad_id: int, chunk_size: int = 8, min_len: int = 0,
-                reorder: Reorder | None = None, n_best: int = 1) -> DecodeResult:
+                reorder: Reorder | None = None, n_best: int = 1,
+                kernels: str = "plain") -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
@@ -184,6 +190,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       bos_id, eos_id, pad_id: special ids (from the tokenizer / ModelConfig).
       chunk_size: decode steps between early-exit checks.
       min_len: EOS is forbidden before output position ``min_len``.
+      kernels: "cpu" ranks the candidates through :mod:`jformer.kernels.topk`.
 
     Returns:
       DecodeResult, each row's hypotheses sorted best first (finished before unfinished):
@@ -220,7 +227,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
         return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
                           alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len,
-                          n_best=n_best)
+                          n_best=n_best, kernels=kernels)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

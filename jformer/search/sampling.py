@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jformer.kernels.topk import fast_argmax, fast_top_k
-from jformer.search.loop import (DecodeResult, StepFn, check_int, require, call_step_fn,
-                                 check_knob, check_search_args, chunked_decode_loop)
+from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_int,
+                                 check_knob, check_search_args, chunked_decode_loop, require)
+from jformer.search.loop import top_k as best_k
 from jformer.types import PyTree
 
 
@@ -64,7 +64,7 @@ def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size
 
 def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: int,
                   bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
-                  min_len: int = 0) -> DecodeResult:
+                  min_len: int = 0, kernels: str = "plain") -> DecodeResult:
     """Greedy decoding: the most likely token at every step (ties: lowest id).
 
     Args:
@@ -74,23 +74,22 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
       bos_id, eos_id, pad_id: special ids (from the tokenizer / ModelConfig).
       chunk_size: decode steps between early-exit checks.
       min_len: EOS is forbidden before output position ``min_len``.
+      kernels: "cpu" takes the argmax through :mod:`jformer.kernels.topk`.
 
     Returns:
       DecodeResult with tokens [B, max_len], scores [B] (log-prob sums, no length
       penalty), lengths [B], finished [B] and num_steps.
     """
-    return _token_search(step_fn, state, lambda logp_BV, step: fast_argmax(logp_BV),
+    return _token_search(step_fn, state, lambda logp_BV, step: argmax(logp_BV, kernels),
                          batch_size=batch_size, max_len=max_len, bos_id=bos_id,
                          eos_id=eos_id, pad_id=pad_id, chunk_size=chunk_size,
                          min_len=min_len)
 
 
-def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
-    """Per-row PRNG keys [batch_size] from ``rng``: a key gives row b
-    ``fold_in(rng, first + b)`` (so a row's key does not depend on the batch size; a
-    stream read in chunks passes each chunk's first row number); keys [batch_size] are
-    used as given (typed keys, or raw ``PRNGKey`` data [2] / [batch_size, 2]). Raises
-    ValueError naming the shape otherwise."""
+def typed_keys(rng: jax.Array, batch_size: int) -> jax.Array:
+    """``rng`` as typed PRNG keys: one key (shape []) or one per row ([batch_size]); raw
+    ``PRNGKey`` data ([2] / [batch_size, 2] uint32) is wrapped. Raises ValueError naming
+    the type or shape otherwise."""
     rng = jnp.asarray(rng) if isinstance(rng, np.ndarray) else rng
     if (isinstance(rng, jax.Array) and rng.dtype == jnp.uint32 and rng.ndim in (1, 2)
             and rng.shape[-1] == 2):  # raw jax.random.PRNGKey data
@@ -98,18 +97,28 @@ def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
     if not (isinstance(rng, jax.Array) and jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)):
         raise ValueError(f"rng must be a PRNG key or keys [batch_size] (jax.random.key); "
                          f"got {type(rng).__name__} {getattr(rng, 'dtype', '')}".rstrip())
+    if rng.ndim:
+        require(rng.shape == (batch_size,), "rng", f"one key or keys [{batch_size}]",
+                rng.shape)
+    return rng
+
+
+def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
+    """Per-row PRNG keys [batch_size] from ``rng``: a key gives row b
+    ``fold_in(rng, first + b)`` (so a row's key does not depend on the batch size; a
+    stream read in chunks passes each chunk's first row number); keys [batch_size] are
+    used as given (see :func:`typed_keys`)."""
+    rng = typed_keys(rng, batch_size)
     if rng.ndim == 0:
         return jax.vmap(lambda b: jax.random.fold_in(rng, b))(
             jnp.arange(first, first + batch_size, dtype=jnp.uint32))
-    require(rng.shape == (batch_size,), "rng", f"one key or keys [{batch_size}]",
-             rng.shape)
     return rng
 
 
 def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
            max_len: int, temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0,
            bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
-           min_len: int = 0) -> DecodeResult:
+           min_len: int = 0, kernels: str = "plain") -> DecodeResult:
     """Ancestral sampling from softmax(logits / temperature), optionally top-k filtered.
 
     ``rng``: a key, or one key per row [batch_size] (:func:`row_keys`). Row b draws step
@@ -119,7 +128,8 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
     or a float scalar array (traced: changing it does not recompile; > 0 is then the
     caller's to ensure). ``top_k=0`` samples from the full vocabulary; ``top_k=1`` is
     greedy. Scores are the model's (untempered, unfiltered) log-probs of the sampled
-    tokens. Other arguments and the result are as in :func:`greedy_search`.
+    tokens. Other arguments (``kernels``: the top-k's) and the result are as in
+    :func:`greedy_search`.
     """
     check_knob(temperature, "temperature", strict=True)
     top_k = check_int(top_k, "top_k", 0)
@@ -137,7 +147,7 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
         require(top_k <= logp_BV.shape[-1], "top_k", f"<= vocab ({logp_BV.shape[-1]})",
                  top_k)
         # Draw among the k best only: exact k even with ties, and cheaper than masking V.
-        top_logp_BK, top_ids_BK = fast_top_k(logp_BV, top_k)
+        top_logp_BK, top_ids_BK = best_k(logp_BV, top_k, kernels)
         pick_B = draw(top_logp_BK, step)
         return jnp.take_along_axis(top_ids_BK, pick_B[:, None], axis=1)[:, 0]
 

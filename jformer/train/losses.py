@@ -1,247 +1,44 @@
-"""Label-smoothed cross entropy (paper 5.4), returned as sums so hosts and devices can add them."""
-from __future__ import annotations
+"""Label-smoothed cross entropy (paper 5.4), returned as sums so hosts and devices can add them.
 
-import functools
-from typing import Sequence
+With eps_ls = ``label_smoothing`` the target distribution q puts 1 - eps on the true token
+and eps / (V - 1) on every other one. The loss is KL(q || p) = H(q, p) - H(q): the cross
+entropy against q minus q's own (constant) entropy, so a perfect model scores 0. With
+``model.kernels="cpu"`` training computes the same sums with the output projection fused
+in (:func:`jformer.kernels.fused_loss.projected_cross_entropy`).
+"""
+from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
+from jax.scipy.special import xlogy
 
 from jformer.types import Array
 
 
-def _smoothing(label_smoothing: float, vocab: int) -> tuple[float, float, float]:
-    """(weight of the true token, of every other token, entropy of that distribution)."""
-    confidence = 1.0 - label_smoothing
-    low = label_smoothing / (vocab - 1)
-    entropy = 0.0
-    if label_smoothing > 0.0:
-        entropy = -(confidence * np.log(confidence) + (vocab - 1) * low * np.log(low))
-    return confidence, low, float(entropy)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _token_losses(logits_BTV: Array, targets_BT: Array, label_smoothing: float):
-    """Per-token (smoothed loss, nll, correct), each float32 [B, T]."""
-    return _token_losses_fwd(logits_BTV, targets_BT, label_smoothing)[0]
-
-
-def _token_stats(logits_NV: Array, targets_N: Array, label_smoothing: float):
-    """Per-row (smoothed loss, nll, correct, log Z) of float32 logits [..., V]."""
-    confidence, low, entropy = _smoothing(label_smoothing, logits_NV.shape[-1])
-    max_N = logits_NV.max(-1)
-    log_z_N = max_N + jnp.log(jnp.exp(logits_NV - max_N[..., None]).sum(-1))
-    target_logit_N = jnp.take_along_axis(logits_NV, targets_N[..., None], axis=-1)[..., 0]
-    nll_N = log_z_N - target_logit_N
-    loss_N = nll_N
-    if label_smoothing > 0.0:
-        # E_q[-log p] = log Z - (conf * l_target + low * (sum(l) - l_target))
-        expected_logit_N = (confidence - low) * target_logit_N + low * logits_NV.sum(-1)
-        loss_N = log_z_N - expected_logit_N - entropy
-    # The target scores the row maximum; unlike argmax == target this needs no second
-    # pass over the vocabulary, and differs only when several tokens tie for the maximum.
-    correct_N = (target_logit_N >= max_N).astype(jnp.float32)
-    return loss_N, nll_N, correct_N, log_z_N
-
-
-def _logits_grad(logits_NV: Array, targets_N: Array, log_z_N: Array, g_loss_N: Array,
-                 g_nll_N: Array, label_smoothing: float) -> Array:
-    """d (g_loss . loss + g_nll . nll) / d logits, float32 [..., V], in one fused pass.
-
-    The softmax is recomputed from log Z instead of being stored, and the target's one-hot
-    is a compare against an iota instead of a scatter.
-    """
-    confidence, low, _ = _smoothing(label_smoothing, logits_NV.shape[-1])
-    probs_NV = jnp.exp(logits_NV - log_z_N[..., None])
-    vocab_NV = lax.broadcasted_iota(jnp.int32, logits_NV.shape, logits_NV.ndim - 1)
-    is_target_NV = targets_N[..., None] == vocab_NV
-    # d loss / d logits = p - q (q: smoothed target), d nll / d logits = p - onehot
-    target_weight_N = g_loss_N * (confidence - low) + g_nll_N
-    return ((g_loss_N + g_nll_N)[..., None] * probs_NV - (g_loss_N * low)[..., None]
-            - jnp.where(is_target_NV, target_weight_N[..., None], 0.0))
-
-
-def _token_losses_fwd(logits_BTV, targets_BT, label_smoothing):
-    loss_BT, nll_BT, correct_BT, log_z_BT = _token_stats(logits_BTV, targets_BT, label_smoothing)
-    return (loss_BT, nll_BT, correct_BT), (logits_BTV, targets_BT, log_z_BT)
-
-
-def _token_losses_bwd(label_smoothing, residuals, cotangents):
-    logits_BTV, targets_BT, log_z_BT = residuals
-    g_loss_BT, g_nll_BT, _ = cotangents
-    return _logits_grad(logits_BTV, targets_BT, log_z_BT, g_loss_BT, g_nll_BT,
-                        label_smoothing), None
-
-
-_token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
-
-
 def smoothed_cross_entropy(logits_BTV: Array, targets_BT: Array, weights_BT: Array,
                            label_smoothing: float = 0.0) -> dict[str, Array]:
-    """Cross entropy against targets smoothed with eps_ls, summed over weighted positions.
-
-    The smoothed target puts 1 - eps on the true token and eps / (V - 1) on every other
-    token; the constant entropy of that distribution is subtracted so a perfect model
-    scores 0. Computed without materialising a [B, T, V] one-hot, with a hand-written
-    gradient (softmax minus the smoothed target) that XLA fuses into one pass.
+    """KL(q || softmax(logits)) and the plain negative log-likelihood, summed over positions.
 
     Args:
       logits_BTV: float [batch, tgt_len, vocab].
       targets_BT: int [batch, tgt_len].
       weights_BT: float [batch, tgt_len], 1 at real tokens and 0 at padding.
+      label_smoothing: eps_ls in [0, 1).
     Returns:
-      dict of float32 scalars: ``loss`` (smoothed CE sum), ``nll`` (plain negative
-      log-likelihood sum, for perplexity), ``tokens`` (sum of weights), ``correct``
-      (weighted count of positions whose target has the highest logit).
+      dict of float32 scalars: ``loss`` (the smoothed loss), ``nll`` (for perplexity; a
+      metric, its gradient stopped as in the fused kernel's),
+      ``tokens`` (sum of weights), ``correct`` (positions whose target has the highest
+      logit), each summed over the weighted positions.
     """
-    loss_BT, nll_BT, correct_BT = _token_losses(logits_BTV.astype(jnp.float32),
-                                                jnp.asarray(targets_BT, jnp.int32),
-                                                float(label_smoothing))
-    weights_BT = weights_BT.astype(jnp.float32)
-    return {"loss": (loss_BT * weights_BT).sum(), "nll": (nll_BT * weights_BT).sum(),
-            "tokens": weights_BT.sum(), "correct": (correct_BT * weights_BT).sum()}
-
-
-# ------------------------------------------ output projection fused with the loss
-
-_NT = (((1,), (1,)), ((), ()))  # [N, D] x [V, D]^T
-_NN = (((1,), (0,)), ((), ()))  # [N, V] x [V, D]
-
-
-def _add_weighted(sums: tuple, stats: Sequence[Array], weights_c: Array) -> tuple:
-    """Running sums + each per-row statistic summed over the chunk with its row weights."""
-    return tuple(s + (v * weights_c).sum() for s, v in zip(sums, stats))
-
-
-def _chunk_logits(x_ND: Array, w_VD: Array, bias_V: Array | None) -> Array:
-    """float32 logits x . w^T (+ bias) [N, V], from compute-dtype operands."""
-    logits_NV = lax.dot_general(x_ND, w_VD, _NT, preferred_element_type=jnp.float32)
-    return logits_NV if bias_V is None else logits_NV + bias_V.astype(jnp.float32)
-
-
-def _row_chunks(rows: int, x_ND: Array, targets_N: Array, weights_N: Array):
-    """[N, ...] -> [N' / rows, rows, ...], N' = N rounded up; added rows weigh 0."""
-    pad = -x_ND.shape[0] % rows
-    if pad:
-        x_ND = jnp.pad(x_ND, ((0, pad), (0, 0)))
-        targets_N = jnp.pad(targets_N, (0, pad))
-        weights_N = jnp.pad(weights_N, (0, pad))
-    return tuple(a.reshape((-1, rows) + a.shape[1:]) for a in (x_ND, targets_N, weights_N))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _projected_sums(x_ND: Array, w_VD: Array, bias_V: Array | None, targets_N: Array,
-                    weights_N: Array, label_smoothing: float, rows: int):
-    """(smoothed loss, nll, correct) sums over weighted rows of logits x . w^T + bias.
-
-    Differentiable in the loss sum only: callers stop the gradient of the other two.
-    """
-    def body(sums, chunk):
-        x_cD, targets_c, weights_c = chunk
-        logits_cV = _chunk_logits(x_cD, w_VD, bias_V)
-        stats = _token_stats(logits_cV, targets_c, label_smoothing)[:3]
-        return _add_weighted(sums, stats, weights_c), None
-
-    zero = jnp.zeros((), jnp.float32)
-    return lax.scan(body, (zero,) * 3, _row_chunks(rows, x_ND, targets_N, weights_N))[0]
-
-
-def _projected_sums_fwd(x_ND, w_VD, bias_V, targets_N, weights_N, label_smoothing, rows):
-    # The gradient of the loss sum is built chunk by chunk in the forward pass, while the
-    # chunk's logits are still in cache; bwd only scales it by the incoming cotangent.
-    num_rows, (vocab, dim) = x_ND.shape[0], w_VD.shape
-
-    def body(carry, chunk):
-        sums, d_w_DV, d_bias_V = carry
-        x_cD, targets_c, weights_c = chunk
-        logits_cV = _chunk_logits(x_cD, w_VD, bias_V)
-        *stats, log_z_c = _token_stats(logits_cV, targets_c, label_smoothing)
-        sums = _add_weighted(sums, stats, weights_c)
-        g_cV = _logits_grad(logits_cV, targets_c, log_z_c, weights_c,
-                            jnp.zeros_like(weights_c), label_smoothing)
-        if bias_V is not None:
-            d_bias_V = d_bias_V + g_cV.sum(0)
-        g_cV = g_cV.astype(x_cD.dtype)
-        d_x_cD = lax.dot_general(g_cV, w_VD, _NN, preferred_element_type=jnp.float32)
-        # d w^T = x^T g as a plain [D, c] x [c, V] product: x (the narrow operand) is
-        # copied into transposed order, and the barrier keeps XLA from folding it back.
-        x_Dc = lax.optimization_barrier(x_cD.T)
-        d_w_DV = d_w_DV + lax.dot_general(x_Dc, g_cV, _NN, preferred_element_type=jnp.float32)
-        return (sums, d_w_DV, d_bias_V), d_x_cD.astype(x_cD.dtype)
-
-    zero = jnp.zeros((), jnp.float32)
-    init = ((zero,) * 3, jnp.zeros((dim, vocab), jnp.float32),
-            None if bias_V is None else jnp.zeros((vocab,), jnp.float32))
-    (sums, d_w_DV, d_bias_V), d_x = lax.scan(body, init,
-                                            _row_chunks(rows, x_ND, targets_N, weights_N))
-    d_x_ND = d_x.reshape(-1, dim)[:num_rows]
-    return sums, (d_x_ND, d_w_DV.T.astype(w_VD.dtype),
-                  None if bias_V is None else d_bias_V.astype(bias_V.dtype))
-
-
-def _projected_sums_bwd(label_smoothing, rows, residuals, cotangents):
-    d_x_ND, d_w_VD, d_bias_V = residuals
-    g = cotangents[0]  # the loss sum's; nll and correct carry no gradient
-    scale = lambda d: None if d is None else (g * d).astype(d.dtype)
-    return scale(d_x_ND), scale(d_w_VD), scale(d_bias_V), None, None
-
-
-_projected_sums.defvjp(_projected_sums_fwd, _projected_sums_bwd)
-
-PROJECTION_CHUNK_ROWS = 512  # rows of logits alive at once in projected_cross_entropy
-
-
-def projected_cross_entropy(x_BTD: Array, w_VD: Array, bias_V: Array | None,
-                            targets_BT: Array, weights_BT: Array,
-                            label_smoothing: float = 0.0, *,
-                            chunk_rows: int = PROJECTION_CHUNK_ROWS) -> dict[str, Array]:
-    """``smoothed_cross_entropy`` of logits x . w^T + bias, never materialising them.
-
-    The output projection and the loss run together over chunks of ``chunk_rows`` rows
-    (of batch x length): a chunk's float32 logits [chunk_rows, V] are made, scored and
-    turned into the gradient while they are in cache, where the unfused product wrote
-    [B*T, V] logits (64 MiB at batch 64 x 32 and an 8k vocabulary) and read them back
-    three times. On 2 Zen 4 cores the projection + loss + gradients went from about 180
-    to 140 ms at those shapes (d_model 256), and from 1.27 to 1.17 s at d_model 512 and
-    a 32k vocabulary.
-
-    Only ``loss`` is differentiable, in reverse mode (``jax.grad``), with respect to x,
-    w and bias; ``nll`` and ``correct`` have their gradient stopped and ``weights_BT``
-    is a constant. The gradient is built in the forward pass, so evaluation (no
-    gradient) skips that work while a gradient pass costs no second projection.
-
-    Args:
-      x_BTD: final decoder states [batch, tgt_len, d_model] in the compute dtype.
-      w_VD: output weights [vocab, d_model] (the tied embedding, or an untied kernel
-        transposed); cast to x's dtype.
-      bias_V: float [vocab] (added to the float32 logits) or None.
-      targets_BT, weights_BT, label_smoothing: as in ``smoothed_cross_entropy``.
-      chunk_rows: the most rows per chunk; the rows are split into equal chunks, the
-        last padded with zero-weight rows.
-    Returns:
-      the dict ``smoothed_cross_entropy`` returns, for those logits.
-    """
-    if x_BTD.ndim != 3 or w_VD.ndim != 2 or x_BTD.shape[-1] != w_VD.shape[1]:
-        raise ValueError(f"projected_cross_entropy: x [batch, len, D] and w [V, D] must "
-                         f"share D; got x {x_BTD.shape}, w {w_VD.shape}")
-    if x_BTD.shape[:2] != targets_BT.shape or targets_BT.shape != weights_BT.shape:
-        raise ValueError(f"projected_cross_entropy: x {x_BTD.shape[:2]}, targets "
-                         f"{targets_BT.shape} and weights {weights_BT.shape} must share "
-                         f"[batch, len]")
-    if bias_V is not None and bias_V.shape != w_VD.shape[:1]:
-        raise ValueError(f"projected_cross_entropy: bias must be [{w_VD.shape[0]}]; got "
-                         f"{bias_V.shape}")
-    if int(chunk_rows) < 1:
-        raise ValueError(f"projected_cross_entropy: chunk_rows must be >= 1; got {chunk_rows}")
-    num_rows = targets_BT.size
-    # As many chunks as chunk_rows needs, evened out so padding stays below one per chunk.
-    num_chunks = max(1, -(-num_rows // int(chunk_rows)))
-    rows = max(1, -(-num_rows // num_chunks))
-    weights_N = weights_BT.reshape(-1).astype(jnp.float32)
-    loss, nll, correct = _projected_sums(
-        x_BTD.reshape(num_rows, x_BTD.shape[-1]), w_VD.astype(x_BTD.dtype), bias_V,
-        jnp.asarray(targets_BT, jnp.int32).reshape(-1), weights_N, float(label_smoothing), rows)
-    return {"loss": loss, "nll": lax.stop_gradient(nll), "tokens": weights_N.sum(),
-            "correct": lax.stop_gradient(correct)}
+    vocab = logits_BTV.shape[-1]
+    logp_BTV = jax.nn.log_softmax(logits_BTV.astype(jnp.float32), axis=-1)
+    onehot_BTV = jax.nn.one_hot(targets_BT, vocab, dtype=jnp.float32)
+    low = label_smoothing / (vocab - 1)
+    q_BTV = onehot_BTV * (1.0 - label_smoothing - low) + low  # the smoothed target
+    loss_BT = (xlogy(q_BTV, q_BTV) - q_BTV * logp_BTV).sum(-1)
+    nll_BT = -(onehot_BTV * logp_BTV).sum(-1)
+    target_logit_BT = (onehot_BTV * logits_BTV).sum(-1)
+    correct_BT = target_logit_BT >= logits_BTV.max(-1)  # ties count as correct
+    w_BT = weights_BT.astype(jnp.float32)
+    return {"loss": (loss_BT * w_BT).sum(), "nll": jax.lax.stop_gradient((nll_BT * w_BT).sum()),
+            "tokens": w_BT.sum(), "correct": (correct_BT * w_BT).sum()}

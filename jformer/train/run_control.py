@@ -83,7 +83,8 @@ class StopRequest:
     A flag, not Python's KeyboardInterrupt, which can land in a callback that swallows it
     (one did in jax's garbage-collection callback, and training went on). Only in a
     single-process run and on the main thread: elsewhere SIGINT keeps its handler (one
-    process stopping alone would leave the others waiting in a collective).
+    process stopping alone would leave the others waiting in a collective). A SIGINT
+    that the process inherited as ignored stays ignored.
     """
 
     def __init__(self) -> None:
@@ -91,7 +92,9 @@ class StopRequest:
         self._previous = None
 
     def __enter__(self) -> StopRequest:
-        if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+        # An inherited "ignore" (a background job, nohup) stays: Ctrl-C is not meant for us.
+        if (jax.process_count() == 1 and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 

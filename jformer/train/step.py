@@ -17,9 +17,10 @@ import optax
 from flax import struct
 from jax import lax
 
-from jformer.train.losses import projected_cross_entropy
-from jformer.model.transformer import Transformer
-from jformer.train.sharding import AXIS
+from jformer.kernels.fused_loss import projected_cross_entropy
+from jformer.mesh import AXIS
+from jformer.model import Transformer
+from jformer.train.losses import smoothed_cross_entropy
 from jformer.types import PyTree
 
 MODEL_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",
@@ -58,17 +59,26 @@ def _model_inputs(batch: dict) -> dict:
 
 
 def make_loss_fn(model: Transformer, label_smoothing: float, pad_id: int) -> Callable:
-    """loss_fn(params, batch, rng | None) -> (smoothed loss sum, metric sums)."""
+    """loss_fn(params, batch, rng | None) -> (smoothed loss sum, metric sums).
+
+    The logits of the whole batch, then the label-smoothed loss; with kernels="cpu" the
+    output projection runs inside the loss instead (the same sums, in cached chunks).
+    """
+    fused = model.cfg.cpu_kernels
 
     def loss_fn(params, batch, rng):
         deterministic = rng is None
-        # The output projection runs inside the loss (chunked; see projected_cross_entropy).
-        states_BTD, w_VD, bias_V = model.apply(
-            {"params": params}, **_model_inputs(batch), deterministic=deterministic,
-            rngs=None if deterministic else {"dropout": rng}, method=Transformer.features)
+        apply = dict(deterministic=deterministic, rngs=None if deterministic else {"dropout": rng})
         targets_BT = batch["targets"]
-        metrics = projected_cross_entropy(states_BTD, w_VD, bias_V, targets_BT,
-                                          targets_BT != pad_id, label_smoothing)
+        weights_BT = targets_BT != pad_id
+        if fused:
+            states_BTD, w_VD, bias_V = model.apply({"params": params}, **_model_inputs(batch),
+                                                   method=Transformer.features, **apply)
+            metrics = projected_cross_entropy(states_BTD, w_VD, bias_V, targets_BT, weights_BT,
+                                              label_smoothing)
+        else:
+            logits_BTV = model.apply({"params": params}, **_model_inputs(batch), **apply)
+            metrics = smoothed_cross_entropy(logits_BTV, targets_BT, weights_BT, label_smoothing)
         return metrics["loss"], metrics
 
     return loss_fn

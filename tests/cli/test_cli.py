@@ -322,3 +322,46 @@ def test_python_m_jformer_help_lists_the_subcommands():
     assert result.returncode == 0, result.stderr
     for command in ("translate", "evaluate", "attention", "average-checkpoints"):
         assert command in result.stdout
+
+
+def test_overlong_lines_are_split_and_the_line_count_is_kept(workdir, reference, tmp_path,
+                                                             capsys):
+    pytest.importorskip("sentencex", reason="splitting needs the 'split' extra")
+    from jformer.inference import split_to_fit
+
+    paragraph = " ".join(["We need one car.", "It is late, very late."] * 8)
+    long_word = "https://example.com/" + "QUJD" * 40
+    lines = ["Five.", paragraph, "", long_word, "It is late."]
+    src = tmp_path / "long.en"
+    src.write_text("\n".join(lines) + "\n")
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--input", src,
+                                "--overlong", "split", "--beam", 1, "--chunk-lines", 2,
+                                "--quiet"], capsys)
+    assert status == 0 and "warning" not in err, err
+    assert out.count("\n") == len(lines)  # one output line per input line
+    out_lines = out.split("\n")[:-1]
+    count = lambda t: len(reference.tokenizer.encode([t])[0])
+    for i in (1, 3):  # each overlong line is its pieces' translations, joined
+        seg = split_to_fit(lines[i], count, reference.model_cfg.max_len)
+        assert len(seg.pieces) > 1
+        assert out_lines[i] == seg.join(reference.translate(list(seg.pieces), beam_size=1))
+    assert out_lines[0] == reference.translate(["Five."], beam_size=1)[0]
+    # The run's own policy (truncate, in this workdir) still holds without the flag.
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--input", src,
+                                "--beam", 1, "--quiet"], capsys)
+    assert status == 0 and out.count("\n") == len(lines)
+    assert f"{src} line 2:" in err and f"{src} line 4:" in err
+
+
+def test_memory_limit_flag_is_checked_and_applied(workdir, reference, capsys, monkeypatch):
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--memory-limit", "1KB",
+                                "--quiet"], capsys, "Five.\n", monkeypatch)
+    assert status == 1 and "cannot hold the cache of one row" in err
+    assert len(err.strip().splitlines()) == 1
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--memory-limit",
+                                "lots", "--quiet"], capsys, "Five.\n", monkeypatch)
+    assert status == 1 and "decode.memory_limit" in err and "Traceback" not in err
+    status, out, _ = run_cli(["translate", "--workdir", workdir, "--memory-limit", "1MB",
+                              "--quiet"], capsys, "Five.\nIt is late.\n", monkeypatch)
+    assert status == 0
+    assert out.split("\n")[:-1] == reference.translate(["Five.", "It is late."])

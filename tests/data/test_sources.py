@@ -1,4 +1,4 @@
-"""Tests for jformer.data.sources and tfds_source: text / tsv / demo / TFDS, bad input."""
+"""Tests for jformer.data.sources: text / tsv / demo sources, bad input."""
 import dataclasses
 import gzip
 import logging
@@ -87,7 +87,7 @@ def test_empty_corpus(tmp_path):
 def test_empty_lines_are_skipped_counted_and_logged(tmp_path, caplog):
     _write(tmp_path / "train.en", ["a", "", "c", "d", " ", "f"])
     _write(tmp_path / "train.de", ["A", "B", "", "D", "E", "F"])
-    with caplog.at_level(logging.WARNING, logger="jformer.data.sources"):
+    with caplog.at_level(logging.WARNING, logger="jformer.data.corpus"):
         corpus = sources.load_corpus(_text_cfg(tmp_path), "train")
     assert corpus.pairs == [("a", "A"), ("d", "D"), ("f", "F")]
     assert corpus.num_skipped == 3 and corpus.skipped_lines == (2, 3, 5)
@@ -145,39 +145,3 @@ def test_demo_source():
     assert swapped == [(d, e) for e, d in train]
     with pytest.raises(ValueError, match="demo corpus is English-German"):
         sources.load_split(dataclasses.replace(cfg, tgt_lang="fr"), "train")
-
-
-# ----------------------------------------------------------------------------- TFDS
-tfds = pytest.importorskip("tensorflow_datasets")
-_WMT = "wmt14_translate/de-en"
-
-
-def test_tfds_with_mock_data():
-    cfg = DataConfig(source="tfds", tfds_name=_WMT)
-    with tfds.testing.mock_data(num_examples=9, policy=tfds.testing.MockPolicy.USE_CODE):
-        en_de = sources.load_corpus(cfg, "train")
-        de_en = sources.load_split(dataclasses.replace(cfg, src_lang="de", tgt_lang="en"),
-                                   "train")
-        valid = sources.load_corpus(cfg, "eval")
-    assert len(en_de.pairs) + en_de.num_skipped == 9
-    assert all(isinstance(s, str) and s and t for s, t in en_de.pairs)
-    assert de_en == [(t, s) for s, t in en_de.pairs]
-    assert len(valid.pairs) + valid.num_skipped == 9
-    assert "validation" in valid.origin and "train" in en_de.origin
-
-
-def test_tfds_unprepared_says_how_to_prepare(tmp_path):
-    cfg = DataConfig(source="tfds", tfds_name=_WMT, tfds_data_dir=str(tmp_path))
-    with pytest.raises(FileNotFoundError,
-                       match=rf"not prepared in {tmp_path}.*`tfds build {_WMT} --data_dir "
-                             rf"{tmp_path}`.*data.tfds_data_dir"):
-        sources.load_split(cfg, "train")
-
-
-def test_tfds_unknown_dataset_or_language(tmp_path):
-    with pytest.raises(ValueError, match="unknown TFDS dataset 'no_such_dataset'"):
-        sources.load_split(DataConfig(source="tfds", tfds_name="no_such_dataset",
-                                      tfds_data_dir=str(tmp_path)), "train")
-    with pytest.raises(ValueError, match=r"data.tgt_lang: .* has languages \['de', 'en'\]"):
-        sources.load_split(DataConfig(source="tfds", tfds_name=_WMT, tgt_lang="fr",
-                                      tfds_data_dir=str(tmp_path)), "train")

@@ -146,3 +146,33 @@ def test_bad_inputs_are_value_errors_naming_the_argument():
                                                                              jnp.int32))
     with pytest.raises(ValueError, match="inputs must be an integer array"):
         model.apply({"params": params}, jnp.ones((1, 6), jnp.float32))
+
+
+def noised(params, seed=1):
+    """Every leaf noised (zero biases and unit scales would hide a misplaced bias)."""
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    return jax.tree.unflatten(tree, [p + 0.2 * jax.random.normal(k, p.shape)
+                                     for p, k in zip(leaves, keys)])
+
+
+@pytest.mark.parametrize("head, norm", [("pretrain", "post"), ("classify", "pre"),
+                                        ("tag", "post"), ("span", "pre")])
+def test_the_encoder_and_heads_agree_under_plain_and_cpu_kernels(head, norm):
+    """model.kernels: the stock Flax ops and jformer.kernels give the same parameters and
+    the same outputs for every head."""
+    inputs, types = batch()
+    positions = jnp.array([[1, 6, 0], [2, 7, 8]], jnp.int32)
+    cfg = dataclasses.replace(CFG, norm=norm)
+    plain = Bert(dataclasses.replace(cfg, kernels="plain"), BERT, head)
+    cpu = Bert(dataclasses.replace(cfg, kernels="cpu"), BERT, head)
+    params = noised(make(head, cfg=dataclasses.replace(cfg, kernels="plain"))[1])
+    args = (inputs, types, positions) if head == "pretrain" else (inputs, types)
+    shapes = lambda t: jax.tree.map(lambda a: a.shape, t)  # noqa: E731
+    assert shapes(jax.eval_shape(cpu.init, jax.random.PRNGKey(0), *args)["params"]) == \
+        shapes(params)
+    method = Bert.mlm_logits if head == "pretrain" else None
+    outputs = [jax.jit(lambda p, m=m: m.apply({"params": p}, *args, method=method))(params)
+               for m in (plain, cpu)]
+    for p, c in zip(*map(jax.tree.leaves, outputs)):
+        np.testing.assert_allclose(c, p, rtol=2e-5, atol=2e-5)

@@ -61,3 +61,59 @@ def test_combine_masks_skips_none():
     b = np.array([True, True, False])
     np.testing.assert_array_equal(masks.combine_masks(a, None, b), [True, False, False])
     assert masks.combine_masks(None, None) is None
+
+
+def test_masks_of_a_packed_row_are_block_diagonal_per_pair():
+    """Three pairs packed by jformer.data into one row: each pair's queries see exactly its
+    own keys (its source for the encoder and cross-attention, its target prefix for the
+    decoder); padding sees nothing and is seen by nothing."""
+    from jformer.data.packing import first_fit, packed_batch
+    from jformer.data.ragged import RaggedArray
+
+    src_lens, tgt_lens, pack_len = [4, 2, 3], [3, 5, 2], 12
+    rng = np.random.default_rng(0)
+    src = RaggedArray.from_rows([rng.integers(4, 50, n).tolist() for n in src_lens])
+    tgt = RaggedArray.from_rows([rng.integers(4, 50, n).tolist() for n in tgt_lens])
+    order = np.arange(3)
+    row = first_fit(src.lengths, tgt.lengths, order, pack_len)
+    assert row.tolist() == [0, 0, 0]
+    b = packed_batch(src, tgt, order, row, 1, pack_len, pad_id=0)
+    enc = np.asarray(masks.encoder_mask(b["inputs"], 0, b["inputs_segmentation"]))[0, 0]
+    dec = np.asarray(masks.decoder_mask(b["targets"], 0, b["targets_segmentation"]))[0, 0]
+    cross = np.asarray(masks.cross_mask(b["targets"], b["inputs"], 0, b["targets_segmentation"],
+                                        b["inputs_segmentation"]))[0, 0]
+
+    def spans(lengths):  # slot ranges of the pairs, placed one after another
+        ends = np.cumsum(lengths)
+        return [range(e - n, e) for n, e in zip(lengths, ends)]
+
+    want_enc, want_dec, want_cross = (np.zeros((pack_len, pack_len), bool) for _ in range(3))
+    for s, t in zip(spans(src_lens), spans(tgt_lens)):
+        want_enc[s.start:s.stop, s.start:s.stop] = True
+        want_dec[t.start:t.stop, t.start:t.stop] = np.tril(np.ones((len(t), len(t)), bool))
+        want_cross[t.start:t.stop, s.start:s.stop] = True
+    np.testing.assert_array_equal(enc, want_enc)
+    np.testing.assert_array_equal(dec, want_dec)
+    np.testing.assert_array_equal(cross, want_cross)
+    # the padding mask alone would let every real slot of the row see every other one
+    valid = b["inputs"] != 0
+    assert np.asarray(masks.padding_mask(valid, valid))[0, 0, :9, :9].all()
+
+
+def test_a_query_with_nothing_to_attend_stays_finite():
+    """Padding queries see no key at all; NEG_INF is finite, so their softmax is uniform
+    instead of 0/0 = NaN, and nothing non-finite reaches any output."""
+    import jax
+    import jax.numpy as jnp
+
+    from jformer.config import ModelConfig
+    from jformer.model import Transformer
+
+    cfg = ModelConfig(vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
+                      num_decoder_layers=1, d_ff=32, max_len=8, dropout_rate=0.0)
+    model = Transformer(cfg)
+    inputs = jnp.array([[5, 6, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)  # row 1: all padding
+    targets = jnp.array([[7, 3, 0, 0], [0, 0, 0, 0]], jnp.int32)
+    variables = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, targets)
+    logits = jax.jit(model.apply)(variables, inputs, targets)
+    assert np.isfinite(np.asarray(logits)).all()

@@ -428,6 +428,69 @@ def test_beam_matches_brute_force(alpha):
         np.testing.assert_allclose(out.scores[r, 0], score, rtol=1e-5)
 
 
+def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1):
+    """Beam search as the paper and fairseq describe it, written plainly over Python
+    lists: W alive hypotheses extended by every token; of the best 2W extensions, those
+    ending in EOS join the W-best finished list (scored log-prob / ((5 + len) / 6)^alpha,
+    EOS counted), the best W others stay alive; EOS is forced at the last position; the
+    search stops once the n_best-th finished score beats the best alive log-prob at the
+    longest length's penalty. Returns [(tokens, score)], finished first, best first."""
+    lp = lambda n: ((5.0 + n) / 6.0) ** alpha  # noqa: E731
+    alive, finished, steps = [((), 0.0)], [], 0
+    for step in range(max_len):
+        cands = []
+        for b, (seq, total) in enumerate(alive):
+            logp = np.asarray(logp_fn(seq), np.float64)
+            if step == max_len - 1:
+                logp = np.where(np.arange(vocab) == EOS, logp, -np.inf)
+            cands += [(total + logp[v], b, v) for v in range(vocab)]
+        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+        top = [c for c in cands[:2 * beam] if c[0] > -np.inf]
+        finished += [(alive[b][0] + (v,), t / lp(step + 1)) for t, b, v in top if v == EOS]
+        finished = sorted(finished, key=lambda f: -f[1])[:beam]
+        alive = [(alive[b][0] + (v,), t) for t, b, v in top if v != EOS][:beam]
+        steps = step + 1
+        if not alive or (len(finished) >= n_best
+                         and finished[n_best - 1][1] > alive[0][1] / lp(max_len)):
+            break
+    rest = sorted(((seq, t / lp(steps)) for seq, t in alive), key=lambda a: -a[1])
+    return (finished + rest)[:beam]
+
+
+@pytest.mark.parametrize("beam", [2, 3, 4])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_beam_pruning_matches_a_plain_reference_search(beam, alpha):
+    """Random second-order chains (the state carries the token before the input, so a
+    wrong reorder of the state changes the logits): small beams prune, and every row's
+    hypotheses, in order, and their scores equal the plain reference search's."""
+    vocab, max_len, rows = 6, 7, 5
+    for seed in range(3):
+        table = np.random.default_rng(100 * beam + seed).normal(
+            scale=1.5, size=(rows, max_len, vocab, vocab, vocab))
+        table[..., EOS] += 0.4 * np.arange(max_len)[None, :, None, None] - 1.0
+        ids = dict(bos_id=2, eos_id=EOS, pad_id=0)
+
+        def step_fn(tokens, step, state, table=table):
+            logits = jnp.asarray(table, jnp.float32)[state["row"], step, state["prev"], tokens]
+            return logits, {"row": state["row"], "prev": tokens}
+
+        def logp_fn(r, seq, table=table):
+            prev2, prev = (2, 2) if not seq else ((2,) + seq)[-2:]
+            return log_softmax(table[r, len(seq), prev2, prev])
+
+        state = {"row": jnp.arange(rows, dtype=jnp.int32), "prev": jnp.full((rows,), 2)}
+        for kernels in ("plain", "cpu"):
+            out = beam_search(step_fn, state, batch_size=rows, beam_size=beam,
+                              max_len=max_len, alpha=alpha, chunk_size=2, kernels=kernels,
+                              **ids)
+            for r in range(rows):
+                want = reference_beam(lambda s: logp_fn(r, s), vocab, beam, max_len, alpha)
+                got = [strip(out.tokens[r, w], out.lengths[r, w]) for w in range(len(want))]
+                assert got == [list(seq) for seq, _ in want], (seed, r, kernels)
+                np.testing.assert_allclose(out.scores[r, :len(want)], [s for _, s in want],
+                                           rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------- sampling
 
 

@@ -1,11 +1,13 @@
-"""One process of the two-process CPU training test (tests/test_multihost.py).
+"""One process of the two-process CPU training test (tests/train/test_multihost.py).
 
 usage: python _multihost_worker.py PORT PROCESS_ID WORKDIR OUT.npz
+PROCESS_ID "single": the reference, one process with all 4 devices and no coordinator.
 """
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+SINGLE = sys.argv[2] == "single"
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={4 if SINGLE else 2}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -19,12 +21,14 @@ from tests.train_helpers import tiny_config  # noqa: E402
 
 
 def main():
-    port, pid, workdir, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    cfg = tiny_config(num_steps=3, checkpoint_every=3, coordinator_address=f"localhost:{port}",
-                      num_processes=2, process_id=pid)
-    train_lib.maybe_initialize_distributed(TrainConfig(
-        **cfg.train.to_dict()))
-    assert jax.process_count() == 2 and jax.device_count() == 4, jax.devices()
+    port, workdir, out = sys.argv[1], sys.argv[3], sys.argv[4]
+    if SINGLE:
+        cfg = tiny_config(num_steps=3, checkpoint_every=3)
+    else:
+        cfg = tiny_config(num_steps=3, checkpoint_every=3, coordinator_address=f"localhost:{port}",
+                          num_processes=2, process_id=int(sys.argv[2]))
+    train_lib.maybe_initialize_distributed(TrainConfig(**cfg.train.to_dict()))
+    assert jax.process_count() == (1 if SINGLE else 2) and jax.device_count() == 4, jax.devices()
     job, state = train_lib.train(cfg, workdir)
     params = host_params(state.params)
     flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(params)[0]}

@@ -17,7 +17,7 @@ import pytest
 from configs import base, big, demo, multi30k, small
 from jformer import files
 from jformer import train as train_lib
-from jformer.train import config_checks, run_control
+from jformer.train import config_checks, loop, run_control
 from jformer.checkpoint import Checkpointer, restore_params
 from jformer.files import checkpoint_dir
 from jformer.config import ConfigError
@@ -113,7 +113,17 @@ def test_a_second_training_process_on_a_workdir_stops_before_any_work(tmp_path,
     assert not os.path.exists(checkpoint_dir(w))  # it touched nothing
 
 
-def test_ctrl_c_ends_the_run_after_a_step_with_its_checkpoint(tmp_path, shared_vocab):
+@pytest.fixture
+def sigint_handler():
+    """Python's own SIGINT handler during the test, whatever the runner inherited (under
+    nohup or in a background job SIGINT arrives ignored); the inherited one after it."""
+    found = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, found)
+
+
+def test_ctrl_c_ends_the_run_after_a_step_with_its_checkpoint(tmp_path, shared_vocab,
+                                                               sigint_handler):
     w = workdir_with_vocab(tmp_path, "sigint", shared_vocab)
     metrics = os.path.join(w, "metrics.jsonl")
 
@@ -132,6 +142,28 @@ def test_ctrl_c_ends_the_run_after_a_step_with_its_checkpoint(tmp_path, shared_v
     with Checkpointer(checkpoint_dir(w), keep=3, save_every=10) as ckpt:
         assert ckpt.latest_step() == step  # the step it stopped at, saved
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_an_inherited_ignored_sigint_stays_ignored(tmp_path, shared_vocab):
+    found = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        seen = []
+        orig_steps = loop._steps
+
+        def steps(*args):  # the handler while training runs
+            seen.append(signal.getsignal(signal.SIGINT))
+            return orig_steps(*args)
+
+        loop._steps = steps
+        try:
+            train_lib.train(tiny_config(num_steps=2),
+                            workdir_with_vocab(tmp_path, "ignored", shared_vocab))
+        finally:
+            loop._steps = orig_steps
+        assert seen == [signal.SIG_IGN]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, found)
 
 
 def test_time_budget_ends_the_run_with_a_checkpoint_and_metrics_rows(tmp_path, shared_vocab):

@@ -1,4 +1,5 @@
-"""Two processes on localhost (CPU collectives over gloo) train together."""
+"""Two processes on localhost (CPU collectives over gloo) train together, and as one
+process with all their devices would."""
 import json
 import os
 import socket
@@ -16,17 +17,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_train_three_steps_to_identical_parameters(tmp_path):
+def test_two_processes_train_as_one_process_with_the_same_global_batch(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "_multihost_worker.py"),
-                               str(port), str(i), str(tmp_path / "run"), str(tmp_path / f"{i}.npz")],
+                               str(port), str(i), str(tmp_path / f"run{i if i == 'single' else ''}"),
+                               str(tmp_path / f"{i}.npz")],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
+             for i in (0, 1, "single")]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-3000:]
-    a, b = (np.load(tmp_path / f"{i}.npz") for i in range(2))
+    a, b, one = (np.load(tmp_path / f"{i}.npz") for i in (0, 1, "single"))
     assert int(a["step"]) == int(b["step"]) == 3
     assert int(a["local_devices"]) == 2
     # each host reads its own rows of every global batch
@@ -36,6 +38,12 @@ def test_two_processes_train_three_steps_to_identical_parameters(tmp_path):
     assert len(names) > 10
     for k in names:
         np.testing.assert_array_equal(a[k], b[k])
+        # the one-process run of the same global batches ends with the same parameters
+        np.testing.assert_allclose(a[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    # its first batch is the two hosts' rows together
+    rows = lambda x: sorted(map(tuple, x.tolist()))  # noqa: E731
+    assert rows(one["first_batch"]) == rows(np.concatenate([a["first_batch"],
+                                                            b["first_batch"]]))
     # Only process 0 writes TensorBoard summaries, metrics rows, the run config and the
     # progress bar (both processes share the workdir here, so a second writer would show).
     run = tmp_path / "run"

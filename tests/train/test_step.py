@@ -5,6 +5,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jformer.config import ModelConfig, TrainConfig
@@ -109,7 +110,31 @@ def test_nonfinite_loss_leaves_state_untouched():
                                                  else p, state.params, bad))
     new, metrics = step(poisoned, dp.put_batch(global_batch(0)))
     assert dp.get_metrics(metrics)["nonfinite"] == 1.0
-    assert int(new.step) == 0
+    before, after = jax.device_get((dp.get_state(poisoned), dp.get_state(new)))
+    # every leaf: step, params (NaN where poisoned), both Adam moments and their count, rng
+    for (path, b), a in zip(jax.tree_util.tree_leaves_with_path(before), jax.tree.leaves(after)):
+        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_sgd_step_applies_the_gradient_of_the_token_mean_loss(devices):
+    """With plain SGD (no Adam to cancel a constant factor), one step moves the
+    parameters by -lr times the gradient of the global batch's summed loss divided by its
+    real target tokens, whatever the device count; grad_norm is that gradient's norm."""
+    lr, batch = 0.5, global_batch(7)
+    model, tx = Transformer(CFG), optax.sgd(0.5)
+    dp = DataParallel(make_mesh(jax.devices()[:devices]))
+    step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0),
+                      donate_state=False)
+    state = create_train_state(model, tx, 0, batch)
+    new, metrics = step(dp.put_state(state), dp.put_batch(batch))
+    tokens = float((batch["targets"] != 0).sum())
+    mean_loss = lambda p: _plain_loss(model, batch)(p)[0] / tokens  # noqa: E731
+    grads = jax.grad(mean_loss)(state.params)
+    want = jax.tree.map(lambda p, g: p - lr * g, state.params, grads)
+    assert_trees_close(jax.device_get(dp.get_state(new).params), want, atol=1e-6)
+    assert dp.get_metrics(metrics)["grad_norm"] == pytest.approx(
+        float(optax.tree.norm(grads)), rel=1e-5)
 
 
 def test_eval_step_sums_over_the_global_batch():

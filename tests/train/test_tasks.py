@@ -277,3 +277,30 @@ def test_demo_pretraining_learns_far_beyond_the_unigram_baseline(tmp_path):
     final = train_lib.train_and_evaluate(c, str(tmp_path / "w"))
     assert final["mlm_accuracy"] > 3 * final["mlm_unigram_accuracy"]
     assert final["mlm_loss"] < final["mlm_unigram_loss"] - 1.0
+
+
+def test_pretraining_loss_and_gradients_agree_under_plain_and_cpu_kernels():
+    """The MLM loss is the logits then the cross entropy under model.kernels="plain" and
+    the fused projected loss under "cpu" (as translation's): the same sums and gradients."""
+    cfg = from_config_dict(tiny_bert_config().to_dict(), vocab_size=53)
+    batch = {k: jnp.asarray(v) for k, v in pretrain_batch().items()}
+    results = {}
+    for kernels in ("plain", "cpu"):
+        model_cfg = dataclasses.replace(cfg.model, kernels=kernels, dropout_rate=0.0,
+                                        attention_dropout_rate=0.0)
+        model = Bert(model_cfg, cfg.bert, "pretrain")
+        params = init_params(model, jax.random.PRNGKey(0), batch["inputs"][:1])
+        job = types.SimpleNamespace(model=model, cfg=dataclasses.replace(cfg, model=model_cfg))
+        loss_fn, totals_fn = PretrainTask().loss(job)
+        totals = totals_fn(batch)
+        results[kernels] = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, None, totals)
+    (lp, mp), gp = results["plain"]
+    (lc, mc), gc = results["cpu"]
+    np.testing.assert_allclose(lc, lp, rtol=1e-5)
+    assert set(mc) == set(mp)
+    for k in mp:
+        np.testing.assert_allclose(mc[k], mp[k], rtol=1e-5, err_msg=k)
+    assert mp["tokens"] > 0 and mp["nsp_count"] == 16
+    for (path, a), c in zip(jax.tree_util.tree_leaves_with_path(gp), jax.tree.leaves(gc)):
+        np.testing.assert_allclose(c, a, rtol=2e-4, atol=2e-5,
+                                   err_msg=jax.tree_util.keystr(path))

@@ -1,0 +1,142 @@
+"""BLEU on inputs longer than model.max_len: splitting against an extended sinusoid table.
+
+    python bench/long_inputs.py [--workdir runs/demo] [--groups 6,9,12,16] [--beam 4]
+        [--table-len 256] [--limit N]
+
+Long inputs are made from the demo corpus's test split (the run's data.demo_* settings):
+k consecutive test pairs (k from --groups, non-overlapping windows) joined with spaces on
+both sides, kept when the source takes more than model.max_len tokens and at most
+--table-len. Each input is translated whole by:
+
+- split: decode.overlong="split" (jformer.inference.segment: one piece per sentence);
+- packed: the same sentences packed greedily, in order, into pieces up to the limit
+  (the alternative one-piece-per-sentence was chosen over);
+- extended: the same parameters in a model built with model.max_len = --table-len:
+  sinusoidal positions have no parameters, so the table simply extends; the decoder
+  then also emits positions past the trained ones;
+- truncate: the old behaviour (first model.max_len tokens), for reference.
+
+Prints corpus BLEU and chrF (sacreBLEU, 13a) per method, overall and per band of source
+length, and the ratio of output to reference length. A BLEU figure, not a timing: it
+may run on a busy machine. Only for sinusoidal models (a learned table cannot extend).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import warnings
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from jformer import files  # noqa: E402
+from jformer.data import demo_corpus  # noqa: E402
+from jformer.inference import OverlongWarning, Translator, scoring  # noqa: E402
+
+METHODS = ("split", "packed", "extended", "truncate")
+
+
+def long_pairs(config, count, groups: list[int], table_len: int
+               ) -> list[tuple[list[str], str, int]]:
+    """(source sentences, joined reference, source tokens) of every long input."""
+    d = config.data
+    test = demo_corpus.generate(d.demo_seed, d.demo_num_train, d.demo_num_eval,
+                                d.demo_num_test)["test"]
+    out = []
+    for k in groups:
+        for start in range(0, len(test) - k + 1, k):
+            window = test[start:start + k]
+            src = [en for en, _ in window]
+            n = count(" ".join(src))
+            if config.model.max_len < n <= table_len:
+                out.append((src, " ".join(de for _, de in window), n))
+    return out
+
+
+def packed_pieces(sentences: list[str], count, limit: int) -> list[str]:
+    """Consecutive sentences joined greedily while the piece fits."""
+    pieces = [sentences[0]]
+    for s in sentences[1:]:
+        joined = pieces[-1] + " " + s
+        if count(joined) <= limit:
+            pieces[-1] = joined
+        else:
+            pieces.append(s)
+    return pieces
+
+
+def translate_all(method: str, base: Translator, extended: Translator, inputs, beam: int
+                  ) -> list[str]:
+    texts = [" ".join(src) for src, _, _ in inputs]
+    if method == "split":
+        return base.translate(texts, beam_size=beam)
+    if method == "extended":
+        return extended.translate(texts, beam_size=beam)
+    if method == "truncate":
+        truncating = Translator(base.model_cfg, base.params, base.tokenizer,
+                                dataclasses.replace(base.decode_cfg, overlong="truncate"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OverlongWarning)
+            return truncating.translate(texts, beam_size=beam)
+    count = _counter(base)
+    groups = [packed_pieces(src, count, base.model_cfg.max_len) for src, _, _ in inputs]
+    flat = base.translate([p for g in groups for p in g], beam_size=beam)
+    out, i = [], 0
+    for g in groups:
+        out.append(" ".join(flat[i:i + len(g)]))
+        i += len(g)
+    return out
+
+
+def _counter(translator: Translator):
+    return lambda text: len(translator.tokenizer.encode([text], add_eos=True)[0])
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", default=os.path.join(REPO, "runs", "demo"))
+    p.add_argument("--groups", default="6,9,12,16", help="sentences per long input")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--table-len", type=int, default=256,
+                   help="positions of the extended table (and the longest input kept)")
+    p.add_argument("--limit", type=int, default=0, help="at most this many inputs (0: all)")
+    args = p.parse_args(argv)
+    config = files.load_config(args.workdir)
+    if not config.model.positional.startswith("sinusoidal"):
+        raise SystemExit(f"{args.workdir}: model.positional={config.model.positional!r}; "
+                         f"only a sinusoidal table extends")
+    base = Translator.from_checkpoint(args.workdir, decode_cfg=dataclasses.replace(
+        config.decode, overlong="split"))
+    decode_ext = dataclasses.replace(config.decode, overlong="error", length_buckets=tuple(
+        sorted(set(config.decode.length_buckets) | {128, args.table_len})))
+    extended = Translator(dataclasses.replace(config.model, max_len=args.table_len),
+                          base.params, base.tokenizer, decode_ext,
+                          source_lang=config.data.src_lang)
+    inputs = long_pairs(config, _counter(base), [int(k) for k in args.groups.split(",")],
+                        args.table_len)
+    if args.limit:
+        inputs = inputs[:args.limit]
+    bands = [(config.model.max_len + 1, 96), (97, 128), (129, 192), (193, args.table_len)]
+    print(f"{args.workdir}: model.max_len={config.model.max_len}, {len(inputs)} long inputs "
+          f"({min(n for *_, n in inputs)}-{max(n for *_, n in inputs)} source tokens), "
+          f"beam {args.beam}")
+    header = f"{'method':<9} {'band':>9} {'inputs':>6} {'BLEU':>6} {'chrF':>6} {'len ratio':>9}"
+    print(header)
+    for method in METHODS:
+        hyps = translate_all(method, base, extended, inputs, args.beam)
+        for low, high in [(0, args.table_len)] + bands:
+            idx = [i for i, (*_, n) in enumerate(inputs) if low <= n <= high]
+            if not idx:
+                continue
+            s = scoring.corpus_scores([hyps[i] for i in idx], [inputs[i][1] for i in idx])
+            ratio = s["bleu_details"].split("ratio = ")[1].split()[0]
+            band = "all" if low == 0 else f"{low}-{high}"
+            print(f"{method:<9} {band:>9} {len(idx):>6} {s['bleu']:6.2f} {s['chrf']:6.2f} "
+                  f"{ratio:>9}", flush=True)
+    print(s["bleu_signature"])
+
+
+if __name__ == "__main__":
+    main()

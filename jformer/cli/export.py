@@ -1,0 +1,112 @@
+"""``jformer export <format>``: write a trained model in another engine's format.
+
+    jformer export ctranslate2 --workdir runs/demo --out demo-ct2 [--quantization int8]
+    jformer export jax --workdir runs/demo --out demo-jax [--buckets 16,32] [--batch 8]
+        [--method greedy|beam] [--beam 4] [--platforms cpu,cuda,tpu]
+
+One sub-subcommand per format (a ``(name, help, add_arguments, run)`` entry of
+:data:`FORMATS`), so further formats sit beside ``ctranslate2``.
+"""
+from __future__ import annotations
+
+import argparse
+
+from jformer.cli.common import add_model_args
+from jformer.interop import CT2_QUANTIZATIONS
+
+NAME = "export"
+HELP = ("export a trained model for another inference engine (ctranslate2) or as "
+        "serialized JAX programs (jax)")
+
+
+def _ct2_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    p.add_argument("--out", required=True,
+                   help="CTranslate2 model directory to write (model.bin, config.json, "
+                        "shared_vocabulary.json, spm.model)")
+    p.add_argument("--quantization", choices=CT2_QUANTIZATIONS, default="float32",
+                   help="weight type of the export (CTranslate2 picks the compute type "
+                        "when it loads the model: compute_type=...)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+
+
+def _ct2_run(args: argparse.Namespace) -> None:
+    try:
+        from jformer.interop import ctranslate2 as ct2_export
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "ctranslate2":
+            raise
+        raise SystemExit("jformer export: error: exporting to CTranslate2 needs the "
+                         "ctranslate2 package: pip install 'jformer[export]'") from None
+    out = ct2_export.export_workdir(args.workdir, args.out, checkpoint_dir=args.checkpoint,
+                                    step=args.step, quantization=args.quantization,
+                                    force=args.force)
+    print(f"exported {args.workdir} to {out} (CTranslate2, {args.quantization})")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints; got {text!r}")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _jax_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    p.add_argument("--out", required=True,
+                   help="directory to write (manifest.json, params.npz, spm.model, "
+                        "<platform>/bucket_<S>.jaxexport)")
+    p.add_argument("--buckets", type=_ints, default=None, metavar="S,S,...",
+                   help="padded source lengths, one program each (default: the run's "
+                        "decode.length_buckets capped at model.max_len, plus model.max_len)")
+    p.add_argument("--batch", type=int, default=8,
+                   help="rows of every program's batch (default: 8)")
+    p.add_argument("--method", choices=("beam", "greedy"), default="beam")
+    p.add_argument("--beam", type=int, default=None,
+                   help="beam size (default: the run's decode.beam_size; 1: greedy search "
+                        "with the beam's length-penalised score)")
+    p.add_argument("--alpha", type=float, default=None,
+                   help="the length penalty the manifest suggests (default: the run's "
+                        "decode.alpha; the programs take it as an argument)")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="max output tokens, EOS included, for every bucket (default: "
+                        "decode.max_len_a * bucket + max_len_b, as jformer translate)")
+    p.add_argument("--platforms", type=_names, default=("cpu",), metavar="P,P,...",
+                   help="platforms to lower for: cpu, cuda, rocm, tpu (default: cpu); "
+                        "no such device is needed to export")
+    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+
+
+def _jax_run(args: argparse.Namespace) -> None:
+    from jformer.interop import jax_export
+
+    out = jax_export.export_workdir(
+        args.workdir, args.out, checkpoint_dir=args.checkpoint, step=args.step,
+        force=args.force, buckets=args.buckets, batch_rows=args.batch, method=args.method,
+        beam_size=args.beam, alpha=args.alpha, max_len=args.max_len,
+        platforms=args.platforms)
+    print(f"exported {args.workdir} to {out} (jax.export, {args.method}, platforms "
+          f"{','.join(args.platforms)})")
+
+
+FORMATS = (("ctranslate2", "a CTranslate2 model directory (ctranslate2.Translator)",
+            _ct2_arguments, _ct2_run),
+           ("jax", "jax.export programs of the translate search, per source bucket and "
+                   "platform, with the parameters as an argument (jax, numpy and "
+                   "sentencepiece load it)", _jax_arguments, _jax_run))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    formats = p.add_subparsers(dest="export_format", required=True, metavar="FORMAT")
+    for name, help_text, add, run_format in FORMATS:
+        sub = formats.add_parser(name, help=help_text, description=help_text)
+        add(sub)
+        sub.set_defaults(export_run=run_format)
+
+
+def run(args: argparse.Namespace) -> None:
+    args.export_run(args)

@@ -1,0 +1,334 @@
+"""Export the jitted translate search with ``jax.export``: a directory that translates with
+only jax, numpy and sentencepiece (the loader is in docs/interop.md, "jax.export").
+
+    export_workdir("runs/demo", "runs/demo-jax", buckets=(16, 32), batch_rows=8,
+                   method="beam", beam_size=4, platforms=("cpu", "cuda"))  # the CLI's call
+
+The directory holds
+
+- ``manifest.json``: what a loader needs (:func:`manifest`): the program file of each
+  platform and source bucket, ``batch_rows``, ``max_output_len`` per bucket, the special
+  ids, ``method``, ``beam_size``, the default ``alpha``, the model config, jax's version;
+- ``params.npz``: the parameters, one float array per path ("decoder/layer_0/...");
+- ``spm.model``: the sentencepiece model (sources: its ids plus EOS; outputs: its ids);
+- ``<platform>/bucket_<S>.jaxexport``: one ``jax.export`` serialization per platform and
+  source bucket S of
+
+      program(params, inputs_BS, alpha) -> (tokens_BT, scores_B, finished_B)
+
+  params: the dict of ``params.npz``. The parameters are an argument, not constants: the
+  programs hold no weights, and any checkpoint of the same model config runs through
+  them. inputs_BS: int32 [batch_rows, S], a row per source: its ids, EOS, then PAD; a
+  row whose first id is PAD or EOS is no sentence (batch padding, or an empty source) and
+  yields EOS at once. alpha: float32 [], beam search's length-penalty exponent (paper
+  6.1). tokens_BT: int32 [batch_rows, T], T = ``max_output_len[S]``, the best
+  hypothesis, its EOS included, PAD after it (sentencepiece's decode drops PAD and EOS);
+  scores_B: float32 its score (log-prob, GNMT-penalised under beam search); finished_B:
+  bool, it ended in EOS.
+
+Each program is :meth:`Translator.translate`'s batch for its bucket: :func:`decode_batch`
+(encoder, cross K/V once per source, cache, greedy or beam search) with the SearchSpec
+the Translator builds for the same settings, the output length of its rule
+(:func:`jformer.inference.buckets.output_len`, or a fixed ``max_len``), and its dummy-row
+convention; so the outputs are the Translator's (tests/interop/test_jax_export.py). Each
+platform's programs are lowered with the model config resolved for that platform
+(:meth:`ModelConfig.for_platform`: the "cpu" kernels on the CPU, stock JAX on cuda, rocm
+and tpu); what the "cpu" kernels precompute from the parameters (the tied output
+matrix transposed to [D, V], :func:`output_matrix`) is computed inside the program from
+its params argument, once per call (outside the search loop).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export
+
+from jformer import checkpoint, files
+from jformer.config import DecodeConfig, ModelConfig
+from jformer.data.tokenizer import Tokenizer
+from jformer.inference import check_params
+from jformer.inference.batch_decode import SearchSpec, decode_batch, output_matrix
+from jformer.inference.buckets import output_len, source_buckets
+from jformer.types import Array, PyTree
+
+FORMAT, FORMAT_VERSION = "jformer-jax-export", 1
+MANIFEST, PARAMS, TOKENIZER = "manifest.json", "params.npz", "spm.model"
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's lowering platforms
+METHODS = ("greedy", "beam")
+# Decode steps between early-exit checks: the Translator's default, which also rounds the
+# output-length rule (output_len), so it must be the same for equal outputs.
+CHUNK_SIZE = 8
+_SEP = "/"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSettings:
+    """What the export holds: source buckets, rows per batch, search and platforms.
+
+    ``max_len``: every bucket's output length (None: ``decode.max_len_a * S +
+    max_len_b``, rounded up to CHUNK_SIZE and capped at model.max_len, as the Translator
+    does). ``method="beam"`` with ``beam_size=1`` is greedy search with the beam's
+    length-penalised score, as in the Translator.
+    """
+
+    buckets: tuple[int, ...]
+    batch_rows: int = 8
+    method: str = "beam"
+    beam_size: int = 4
+    alpha: float = 0.6
+    max_len: int | None = None
+    platforms: tuple[str, ...] = ("cpu",)
+
+    def check(self, model_cfg: ModelConfig) -> None:
+        """Raises ValueError naming the command-line option of a value that cannot hold."""
+        b = self.buckets
+        if not (b and all(_positive(x) for x in b) and list(b) == sorted(set(b))):
+            raise ValueError(f"--buckets must be increasing positive ints; got {list(b)}")
+        if b[-1] > model_cfg.max_len:
+            raise ValueError(f"--buckets: {b[-1]} is more than the model's positions "
+                             f"(model.max_len={model_cfg.max_len})")
+        for option, value in (("--batch", self.batch_rows), ("--beam", self.beam_size)):
+            if not _positive(value):
+                raise ValueError(f"{option} must be a positive int; got {value!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"--method must be one of {METHODS}; got {self.method!r}")
+        if not (isinstance(self.alpha, (int, float)) and np.isfinite(self.alpha)
+                and self.alpha >= 0):
+            raise ValueError(f"--alpha must be a finite number >= 0; got {self.alpha!r}")
+        if self.max_len is not None and not (_positive(self.max_len)
+                                             and self.max_len <= model_cfg.max_len):
+            raise ValueError(f"--max-len must be an int in [1, model.max_len="
+                             f"{model_cfg.max_len}]; got {self.max_len!r}")
+        unknown = [p for p in self.platforms if p not in PLATFORMS]
+        if not self.platforms or unknown or len(set(self.platforms)) < len(self.platforms):
+            raise ValueError(f"--platforms must name distinct platforms of {PLATFORMS}; "
+                             f"got {list(self.platforms)}")
+
+    def spec(self, out_len: int) -> SearchSpec:
+        """The Translator's SearchSpec for these settings (``Translator._spec``)."""
+        if self.method == "beam" and self.beam_size > 1:
+            return SearchSpec("beam", self.beam_size, out_len, chunk_size=CHUNK_SIZE)
+        return SearchSpec("greedy", 1, out_len, chunk_size=CHUNK_SIZE)
+
+    def output_lengths(self, model_cfg: ModelConfig,
+                       decode_cfg: DecodeConfig) -> dict[int, int]:
+        """Output positions per bucket (EOS included): the Translator's rule."""
+        if self.max_len is not None:
+            return {b: self.max_len for b in self.buckets}
+        return {b: output_len(b, model_cfg, decode_cfg, CHUNK_SIZE) for b in self.buckets}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def default_settings(model_cfg: ModelConfig, decode_cfg: DecodeConfig,
+                     **overrides: Any) -> ExportSettings:
+    """Settings from the run's decode config (buckets as the Translator's, beam size,
+    alpha), with the ``overrides`` that are not None; checked."""
+    base = dict(buckets=source_buckets(decode_cfg, model_cfg.max_len),
+                beam_size=decode_cfg.beam_size, alpha=decode_cfg.alpha)
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    base["buckets"], base["platforms"] = tuple(base["buckets"]), tuple(base.get(
+        "platforms", ("cpu",)))
+    settings = ExportSettings(**base)
+    settings.check(model_cfg)
+    return settings
+
+
+# ------------------------------------------------------------------------ parameters
+def flatten_params(params: PyTree) -> dict[str, np.ndarray]:
+    """{"decoder/layer_0/.../kernel": array}: the nested parameter dicts, flat."""
+    flat = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        names = [str(getattr(k, "key", k)) for k in path]
+        if any(_SEP in n for n in names):
+            raise ValueError(f"parameter path {names} holds {_SEP!r}, which the flat names "
+                             f"of {PARAMS} use as separator")
+        flat[_SEP.join(names)] = np.asarray(leaf)
+    return flat
+
+
+def unflatten_params(flat: Mapping[str, Any]) -> dict:
+    """The nested dicts of :func:`flatten_params`' names (works on tracers too)."""
+    nested: dict = {}
+    for name, leaf in flat.items():
+        *parents, last = name.split(_SEP)
+        node = nested
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = leaf
+    return nested
+
+
+# ------------------------------------------------------------------------ programs
+def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: int
+                   ) -> Callable[[dict, Array, Array], tuple[Array, Array, Array]]:
+    """program(params_flat, inputs_BS, alpha) -> (tokens_BT, scores_B, finished_B) of one
+    bucket, for ``model_cfg`` as resolved for the target platform (module docstring)."""
+    spec = settings.spec(out_len)
+    penalise = spec.method == "greedy" and settings.method == "beam"  # beam of width 1
+    pad, eos = model_cfg.pad_id, model_cfg.eos_id
+
+    def program(params_flat: dict, inputs_BS: Array, alpha: Array):
+        params = unflatten_params(params_flat)
+        # A row that is no sentence runs as the Translator's dummy rows: EOS, then PAD.
+        valid_B = (inputs_BS[:, 0] != pad) & (inputs_BS[:, 0] != eos)
+        dummy_S = jnp.full(inputs_BS.shape[1:], pad, jnp.int32).at[0].set(eos)
+        inputs_BS = jnp.where(valid_B[:, None], inputs_BS, dummy_S)
+        # Greedy and beam search draw no randomness: the key is a placeholder.
+        out = decode_batch(params, output_matrix(model_cfg, params), inputs_BS, valid_B,
+                           jax.random.key(0), alpha, jnp.float32(1.0),
+                           model_cfg=model_cfg, spec=spec)
+        tokens_BT, length_B = out.tokens[:, 0], out.lengths[:, 0]
+        tokens_BT = jnp.where(jnp.arange(out_len) < length_B[:, None], tokens_BT, pad)
+        scores_B = out.scores[:, 0]
+        if penalise:
+            scores_B = scores_B / ((5.0 + length_B) / 6.0) ** alpha
+        return tokens_BT, scores_B.astype(jnp.float32), out.finished[:, 0]
+
+    return program
+
+
+def export_program(model_cfg: ModelConfig, params_flat: Mapping[str, Any],
+                   settings: ExportSettings, bucket: int, out_len: int,
+                   platform: str) -> export.Exported:
+    """One (bucket, platform) program, lowered with ``model_cfg.for_platform(platform)``;
+    only the shapes and dtypes of ``params_flat`` are used."""
+    cfg = model_cfg.for_platform(platform)
+    avals = ({k: jax.ShapeDtypeStruct(np.shape(v), v.dtype) for k, v in params_flat.items()},
+             jax.ShapeDtypeStruct((settings.batch_rows, bucket), jnp.int32),
+             jax.ShapeDtypeStruct((), jnp.float32))
+    program = jax.jit(search_program(cfg, settings, out_len))
+    return export.export(program, platforms=[platform])(*avals)
+
+
+def program_file(platform: str, bucket: int) -> str:
+    return f"{platform}/bucket_{bucket}.jaxexport"
+
+
+# ------------------------------------------------------------------------ the directory
+def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping[int, int],
+             tokenizer: Tokenizer, params_flat: Mapping[str, Any],
+             source: Mapping[str, Any]) -> dict:
+    """manifest.json: everything a loader needs besides the files it names."""
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "jax_version": jax.__version__,
+        "call": "program(params, inputs_BS, alpha) -> (tokens_BT, scores_B, finished_B)",
+        "programs": {p: {str(b): program_file(p, b) for b in settings.buckets}
+                     for p in settings.platforms},
+        "kernels": {p: model_cfg.for_platform(p).kernels for p in settings.platforms},
+        "params": PARAMS, "tokenizer": TOKENIZER,
+        "param_shapes": {k: f"{v.dtype}{list(np.shape(v))}".replace(" ", "")
+                         for k, v in params_flat.items()},
+        "buckets": list(settings.buckets), "batch_rows": settings.batch_rows,
+        "max_output_len": {str(b): n for b, n in out_lens.items()},
+        "method": settings.method, "beam_size": settings.beam_size,
+        "alpha": float(settings.alpha), "max_len": settings.max_len,
+        "pad_id": model_cfg.pad_id, "bos_id": model_cfg.bos_id,
+        "eos_id": model_cfg.eos_id, "unk_id": tokenizer.unk_id,
+        "vocab_size": model_cfg.vocab_size,
+        "model": dataclasses.asdict(model_cfg), "source": dict(source),
+    }
+
+
+def write_export(directory: str, model_cfg: ModelConfig, params: PyTree,
+                 tokenizer: Tokenizer, settings: ExportSettings, decode_cfg: DecodeConfig,
+                 source: Mapping[str, Any] | None = None) -> None:
+    """Writes the export's files into the existing, empty ``directory``."""
+    settings.check(model_cfg)
+    check_params(model_cfg, params)
+    flat = flatten_params(params)
+    out_lens = settings.output_lengths(model_cfg, decode_cfg)
+    for platform in settings.platforms:
+        os.makedirs(os.path.join(directory, platform))
+        for bucket in settings.buckets:
+            exported = export_program(model_cfg, flat, settings, bucket, out_lens[bucket],
+                                      platform)
+            with open(os.path.join(directory, program_file(platform, bucket)), "wb") as f:
+                f.write(exported.serialize())
+    with open(os.path.join(directory, PARAMS), "wb") as f:
+        np.savez(f, **flat)
+    shutil.copyfile(tokenizer.path, os.path.join(directory, TOKENIZER))
+    info = manifest(model_cfg, settings, out_lens, tokenizer, flat, source or {})
+    with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+
+
+def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
+                   checkpoint_dir: str | None = None, step: int | None = None,
+                   force: bool = False, **overrides: Any) -> str:
+    """Exports a workdir's checkpoint (latest, or ``step``; from ``checkpoint_dir``
+    instead of <workdir>/checkpoints if given) into the directory ``out``.
+
+    ``overrides``: :class:`ExportSettings` fields (None keeps the run's default:
+    :func:`default_settings`). The directory appears whole or not at all (written under a
+    temporary name beside ``out``, then renamed); an existing ``out`` is an error unless
+    ``force`` (then it is replaced). Returns ``out``.
+    """
+    out = os.path.abspath(os.fspath(out))
+    if os.path.exists(out) and not (force and os.path.isdir(out)):
+        raise FileExistsError(f"output exists: {out}" + ("" if os.path.isdir(out) else
+                              " (not a directory)") + "; pass --force to replace a directory")
+    workdir = os.fspath(workdir)
+    if not os.path.isdir(workdir):
+        raise FileNotFoundError(f"workdir not found: {workdir}")
+    config = files.load_config(workdir)
+    settings = default_settings(config.model, config.decode, **overrides)  # before reading
+    tokenizer = Tokenizer.load(files.tokenizer_path(config.data, workdir))
+    _check_tokenizer(config.model, tokenizer, workdir)
+    ckpt = checkpoint_dir or files.checkpoint_dir(workdir)
+    params = checkpoint.restore_params(ckpt, step)
+    if step is None:  # the latest, which restore_params just read
+        with contextlib.closing(checkpoint.read_only_manager(ckpt)) as manager:
+            step = max(manager.all_steps())
+    source = {"workdir": os.path.abspath(workdir), "checkpoint_dir": os.path.abspath(ckpt),
+              "step": int(step)}
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
+    try:
+        write_export(tmp, config.model, params, tokenizer, settings, config.decode, source)
+        files.replace_directory(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _check_tokenizer(model_cfg: ModelConfig, tokenizer: Tokenizer, workdir: str) -> None:
+    for name in ("vocab_size", "pad_id", "bos_id", "eos_id"):
+        got = getattr(tokenizer, name)
+        if getattr(model_cfg, name) != got:
+            raise ValueError(f"model.{name}={getattr(model_cfg, name)} in {workdir}/"
+                             f"config.json does not match the tokenizer {tokenizer.path} "
+                             f"({got})")
+
+
+def load_programs(directory: str | os.PathLike, platform: str = "cpu"
+                  ) -> dict[int, export.Exported]:
+    """The deserialized programs of one platform, by bucket (for tests and Python users;
+    the docs' loader does the same in a few lines without jformer)."""
+    directory = os.fspath(directory)
+    with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+        info = json.load(f)
+    if info.get("format") != FORMAT:
+        raise ValueError(f"{directory}/{MANIFEST} is not a {FORMAT} manifest")
+    if platform not in info["programs"]:
+        raise ValueError(f"{directory} holds no programs for platform {platform!r}; it has "
+                         f"{sorted(info['programs'])}")
+    out = {}
+    for bucket, name in info["programs"][platform].items():
+        with open(os.path.join(directory, name), "rb") as f:
+            out[int(bucket)] = export.deserialize(bytearray(f.read()))
+    return out

@@ -1,0 +1,369 @@
+"""Dynamic batching: one decoder thread translates the sentences of all waiting requests.
+
+Requests become :class:`Job`\\ s of sentences. Waiting sentences are grouped by
+(search settings, length bucket): the bucket is the Translator's own
+(``bucket_for(len(ids), translator.buckets)``), so a group of at most ``max_batch``
+sentences is ONE compiled decoder batch of ``Translator.translate(..., batch_size=
+max_batch)``, whichever requests its sentences come from. Sentences of different
+settings never share a batch: the settings are part of the group key, normalised so
+that only settings that decode alike share (greedy ignores beam and sampling knobs).
+
+A group is decoded when it is full (``max_batch`` sentences or ``max_batch_tokens``
+padded source tokens) or when its oldest sentence has waited ``max_wait_s``; among the
+groups due, the one with the oldest sentence goes first (no group starves). While the
+thread decodes, newcomers queue up, so under load batches grow by themselves and an idle
+server answers a lone request after at most ``max_wait_s``, as Triton's dynamic batcher
+does with max_queue_delay.
+
+One thread decodes, because two jitted decodes at once only fight for the same cores;
+the event loop that answers health checks, metrics and 503s never waits for it. Other
+work that needs the model (loading, warm-up, attention maps) runs on the same thread
+between batches (:meth:`Batcher.call`).
+
+Sampling: a job carries the seed and each sentence's position in its request, and
+sentence i samples with ``fold_in(key(seed), i)`` (one key per row, passed to
+``translate``) as a direct ``translate(sentences, method="sample", rng=key(seed))``
+would, whoever shares its batch.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import math
+import threading
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from jformer.inference import padded_rows
+from jformer.search import row_keys
+from jformer.serve.metrics import Metrics
+
+logger = logging.getLogger("jformer.serve")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSettings:
+    """Resolved search settings; equal settings decode alike and may share a batch.
+
+    Build with :meth:`normalized`: fields the method does not use get fixed values.
+    """
+
+    method: str
+    beam_size: int = 1
+    alpha: float = 0.0
+    n_best: int = 1
+    max_len: int | None = None
+    temperature: float = 1.0
+    top_k: int = 0
+
+    @classmethod
+    def normalized(cls, method: str, *, beam_size: int, alpha: float, n_best: int,
+                   max_len: int | None, temperature: float, top_k: int) -> SearchSettings:
+        if method == "beam":  # beam_size 1: the Translator's greedy, scored with alpha
+            return cls("beam", beam_size, float(alpha), n_best, max_len)
+        if method == "greedy":
+            return cls("greedy", max_len=max_len)
+        if method == "sample":
+            return cls("sample", max_len=max_len, temperature=float(temperature),
+                       top_k=top_k)
+        raise ValueError(f"method must be beam, greedy or sample; got {method!r}")
+
+    def translate_kwargs(self) -> dict[str, Any]:
+        """The ``Translator.translate`` arguments of these settings."""
+        kwargs: dict[str, Any] = dict(method=self.method, max_len=self.max_len)
+        if self.method == "beam":
+            kwargs.update(beam_size=self.beam_size, alpha=self.alpha, n_best=self.n_best)
+        elif self.method == "sample":
+            kwargs.update(temperature=self.temperature, top_k=self.top_k)
+        return kwargs
+
+
+class QueueFull(Exception):
+    """The queue holds ``--max-queue`` sentences; retry after ``retry_after`` seconds."""
+
+    def __init__(self, queued: int, limit: int, retry_after: int):
+        super().__init__(f"the queue is full ({queued} sentences waiting, limit {limit}); "
+                         f"retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+class Stopped(Exception):
+    """The batcher is stopping (the server drains) and takes no new work."""
+
+
+class Job:
+    """One request's sentences; ``future`` (on the request's event loop) gets, per
+    sentence, its list of ``n_best`` Hypothesis, or the exception of a failed batch.
+
+    Args:
+      sentences: the texts to decode (no blank ones).
+      lengths: their source ids' lengths, EOS included (for buckets and metrics).
+      buckets: their length buckets.
+      settings: the request's search settings.
+      loop: the event loop awaiting ``future``.
+      seed, positions: sampling only: sentence j samples with
+        ``fold_in(key(seed), positions[j])``.
+    """
+
+    def __init__(self, sentences: list[str], lengths: list[int], buckets: list[int],
+                 settings: SearchSettings, loop: asyncio.AbstractEventLoop, *,
+                 seed: int | None = None, positions: list[int] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        if not len(sentences) == len(lengths) == len(buckets):
+            raise ValueError("sentences, lengths and buckets must have one entry each")
+        if settings.method == "sample" and (seed is None or positions is None
+                                             or len(positions) != len(sentences)):
+            raise ValueError("a sampling job needs a seed and one position per sentence")
+        self.sentences, self.lengths, self.buckets = sentences, lengths, buckets
+        self.settings = settings
+        self.seed, self.positions = seed, positions
+        self.future: asyncio.Future = loop.create_future()
+        self.enqueued = clock()
+        self.closed = False  # answered, failed or abandoned: queued sentences are dropped
+        self._loop = loop
+        self._results: list[list | None] = [None] * len(sentences)
+        self._remaining = len(sentences)
+        self._keys: np.ndarray | None = None
+
+    def abandon(self) -> None:
+        """The client stopped waiting (timeout): its queued sentences are not decoded."""
+        self.closed = True
+
+    def key_data(self, j: int) -> np.ndarray:
+        """Raw uint32 key data [2] of sentence j (decoder thread only)."""
+        if self._keys is None:
+            size = max(self.positions) + 1
+            self._keys = np.asarray(jax.random.key_data(
+                row_keys(jax.random.key(self.seed), size)))
+        return self._keys[self.positions[j]]
+
+    def _deliver(self, j: int, hyps: list) -> None:
+        self._results[j] = hyps
+        self._remaining -= 1
+        if self._remaining == 0:
+            self.closed = True
+            self._call(_set_result, self.future, self._results)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self.closed:
+            self.closed = True
+            self._call(_set_exception, self.future, error)
+
+    def _call(self, fn: Callable, *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _set_result(future: asyncio.Future, value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future, error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+class _Unit(NamedTuple):
+    job: Job
+    index: int  # the sentence's place in job.sentences
+
+
+GroupKey = tuple[SearchSettings, int]  # (settings, bucket)
+
+
+class Batcher:
+    """Groups waiting sentences into decoder batches and runs them on one thread.
+
+    Set ``translator`` (a :class:`jformer.inference.Translator`) before the first
+    :meth:`submit`; it may be loaded on the decoder thread itself through :meth:`call`.
+    ``max_batch`` is the Translator's ``batch_size`` for these batches (a multiple of
+    ``devices``).
+    """
+
+    def __init__(self, *, max_batch: int, max_batch_tokens: int, max_wait_s: float,
+                 max_queue: int, devices: int = 1, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.translator = None
+        self.devices = devices  # the Translator's; batches pad to multiples of it
+        self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
+        self.max_wait_s, self.max_queue = max_wait_s, max_queue
+        self.metrics = metrics or Metrics()
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._groups: dict[GroupKey, collections.deque[_Unit]] = {}
+        self._calls: collections.deque = collections.deque()
+        self._queued = 0
+        self._stopping = False
+        self._rate = 0.0  # sentences per second of recent batches (for Retry-After)
+        self._thread = threading.Thread(target=self._run, name="jformer-decoder",
+                                        daemon=True)
+
+    # ------------------------------------------------------------ event-loop side
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def queued(self) -> int:
+        """Sentences waiting for a batch."""
+        return self._queued
+
+    def submit(self, job: Job) -> None:
+        """Queues the job's sentences; raises QueueFull or Stopped instead when the
+        queue cannot take them all (nothing is queued then)."""
+        with self._cond:
+            if self._stopping:
+                raise Stopped("the server is shutting down")
+            if self._queued + len(job.sentences) > self.max_queue:
+                raise QueueFull(self._queued, self.max_queue, self._retry_after())
+            for j, bucket in enumerate(job.buckets):
+                key = (job.settings, bucket)
+                self._groups.setdefault(key, collections.deque()).append(_Unit(job, j))
+            self._queued += len(job.sentences)
+            self.metrics.queue_depth.set(self._queued)
+            self._cond.notify()
+
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Runs ``fn()`` on the decoder thread before the next batch; its future."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            if self._stopping:
+                raise Stopped("the server is shutting down")
+            self._calls.append((fn, future))
+            self._cond.notify()
+        return future
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Decodes what is queued, without waiting for more, then ends the thread;
+        returns whether it ended within ``timeout``."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _retry_after(self) -> int:
+        if self._rate <= 0:
+            return 1
+        return int(min(60, max(1, math.ceil(self._queued / self._rate))))
+
+    # ------------------------------------------------------------ decoder thread
+    def _run(self) -> None:
+        while True:
+            task = self._next_task()
+            if task is None:
+                return
+            kind, payload = task
+            if kind == "call":
+                fn, future = payload
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as e:  # handed to whoever waits
+                        future.set_exception(e)
+            else:
+                self._decode(*payload)
+
+    def _next_task(self) -> tuple[str, Any] | None:
+        """Blocks until a call or a due group is there; None once stopped and empty."""
+        with self._cond:
+            while True:
+                if self._calls:
+                    return "call", self._calls.popleft()
+                key, wait = self._due(self._clock())
+                if key is not None:
+                    units = self._take(key)
+                    if units:
+                        return "batch", (key, units)
+                    continue  # only abandoned sentences were there
+                if self._stopping and not self._groups:
+                    return None
+                self._cond.wait(wait)
+
+    def _due(self, now: float) -> tuple[GroupKey | None, float | None]:
+        """The due group with the oldest sentence, else how long until one is due."""
+        best, best_time, wait = None, math.inf, None
+        for key, units in self._groups.items():
+            head = units[0].job.enqueued
+            if self._stopping or self._full(key, units) or now >= head + self.max_wait_s:
+                if head < best_time:
+                    best, best_time = key, head
+            else:
+                left = head + self.max_wait_s - now
+                wait = left if wait is None else min(wait, left)
+        return best, wait
+
+    def _full(self, key: GroupKey, units: collections.deque) -> bool:
+        return (len(units) >= self.max_batch
+                or len(units) * key[1] >= self.max_batch_tokens)
+
+    def _take(self, key: GroupKey) -> list[_Unit]:
+        """Pops the group's next batch (at most max_batch sentences and, beyond one
+        sentence, max_batch_tokens padded tokens), dropping abandoned sentences."""
+        units = self._groups[key]
+        cap = min(self.max_batch, max(1, self.max_batch_tokens // key[1]))
+        batch: list[_Unit] = []
+        while units and len(batch) < cap:
+            unit = units.popleft()
+            self._queued -= 1
+            if not unit.job.closed:
+                batch.append(unit)
+        if not units:
+            del self._groups[key]
+        self.metrics.queue_depth.set(self._queued)
+        return batch
+
+    def _decode(self, key: GroupKey, units: list[_Unit]) -> None:
+        """One decoder batch; every job in it gets its results or the error, and the
+        thread goes on whatever happened."""
+        try:
+            hyps, seconds, start = self._translate(key[0], units)
+            if len(hyps) != len(units):
+                raise RuntimeError(f"translate() gave {len(hyps)} results for "
+                                   f"{len(units)} sentences")
+            if seconds > 0:
+                rate = len(units) / seconds
+                self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
+            self.metrics.observe_batch(
+                len(units), sum(u.job.lengths[u.index] for u in units),
+                sum(len(h[0].ids) for h in hyps), seconds,
+                [start - u.job.enqueued for u in units])
+            for unit, h in zip(units, hyps):
+                unit.job._deliver(unit.index, h)
+        except Exception as e:  # answer every request of the batch, and go on
+            logger.exception("a decoder batch of %d sentences failed", len(units))
+            self.metrics.batch_failures.inc()
+            for job in {id(u.job): u.job for u in units}.values():
+                job._fail(e)
+
+    def _translate(self, settings: SearchSettings, units: list[_Unit]
+                   ) -> tuple[list[list], float, float]:
+        """(n_best hypotheses per unit, decode seconds, start time)."""
+        start = self._clock()
+        # Pad the sentence list to the rows the Translator pads the batch to anyway (the
+        # last sentence again; its copies' results are dropped): decoding costs the
+        # same, and translate() only ever sees the few row counts warm-up compiled, not
+        # each count from 1 to max_batch (its per-call key ops compile per count).
+        rows = padded_rows(len(units), self.max_batch, self.devices)
+        padded = units + [units[-1]] * (rows - len(units))
+        rng = None
+        if settings.method == "sample":
+            rng = jax.random.wrap_key_data(
+                np.stack([u.job.key_data(u.index) for u in padded]))
+        hyps = self.translator.translate(
+            [u.job.sentences[u.index] for u in padded], return_scores=True,
+            batch_size=self.max_batch, rng=rng, **settings.translate_kwargs())
+        hyps = [h if isinstance(h, list) else [h] for h in hyps[:len(units)]]
+        return hyps, self._clock() - start, start

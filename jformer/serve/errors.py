@@ -1,0 +1,171 @@
+"""JSON errors and request-body parsing.
+
+Every error the server answers is ``{"error": {"code": <HTTP status>, "reason": <word>,
+"message": <text naming the field>, "field": <field or null>}}``:
+
+    400 invalid_json       the body is not UTF-8 JSON (the message says where)
+    404 not_found          unknown path
+    405 method_not_allowed
+    413 too_large          body, line count or text length over a --max-* limit
+    415 unsupported_media  Content-Type is not application/json
+    422 invalid_request    wrong type, unknown field, option out of range, bad text
+    500 internal           a failed batch or a bug (the server goes on serving)
+    503 not_ready | draining | queue_full   (with Retry-After)
+    504 timeout            no answer within --timeout-s
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pydantic
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger("jformer.serve")
+
+_REASONS = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed",
+            413: "too_large", 415: "unsupported_media", 422: "invalid_request",
+            500: "internal", 503: "unavailable", 504: "timeout"}
+
+
+class ApiError(Exception):
+    """An error answered as JSON with ``status``; ``headers`` e.g. Retry-After."""
+
+    def __init__(self, status: int, message: str, *, field: str | None = None,
+                 reason: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+        self.reason = reason or _REASONS.get(status, "error")
+        self.headers = headers
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    body = {"error": {"code": error.status, "reason": error.reason,
+                      "message": error.message, "field": error.field}}
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Answers every error, FastAPI's and Starlette's included, in the JSON form above."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = {404: f"no such path: {request.method} {request.url.path}",
+                   405: f"method {request.method} is not allowed on {request.url.path}"}
+        return error_response(ApiError(exc.status_code,
+                                       message.get(exc.status_code, str(exc.detail)),
+                                       headers=getattr(exc, "headers", None)))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError
+                                ) -> JSONResponse:
+        return error_response(validation_error(exc.errors()))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
+
+
+def field_name(loc: tuple) -> str:
+    """pydantic's location as a field path: ('q', 'list[str]', 2) -> 'q[2]'."""
+    name = ""
+    for part in loc:
+        if part == "body":
+            continue
+        if isinstance(part, int):
+            name += f"[{part}]"
+        elif "[" in str(part) or part in ("str", "int", "float", "bool"):
+            continue  # the union member pydantic tried, not a field
+        else:
+            name += ("." if name else "") + str(part)
+    return name or "body"
+
+
+def validation_error(errors: list[dict[str, Any]]) -> ApiError:
+    """A 422 naming the first failing field (and how many more there are)."""
+    # A union (q: str | list[str]) fails once per member; a wrong item of the list is
+    # the more telling error when the body has a list.
+    errors = sorted(errors, key=lambda e: -len(e.get("loc", ())))
+    first = errors[0]
+    field = field_name(tuple(first.get("loc", ())))
+    message = first.get("msg", "invalid")
+    if first.get("type") == "extra_forbidden":
+        message = "unknown field"
+    elif "input" in first and first.get("type") != "missing":
+        message += f"; got {_short(first['input'])}"
+    # Fields by their top-level name: a union's members are one field.
+    fields = {str(e["loc"][0]) for e in errors if e.get("loc")}
+    more = f" (and {len(fields) - 1} more field(s))" if len(fields) > 1 else ""
+    return ApiError(422, f"{field}: {message}{more}", field=field)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    """The request body as JSON: 415 unless Content-Type is application/json (UTF-8),
+    413 over ``max_bytes`` (from Content-Length at once, or while reading), 400 for
+    invalid UTF-8 or JSON (naming the byte, or line and column)."""
+    media, _, params = request.headers.get("content-type", "").partition(";")
+    if media.strip().lower() != "application/json":
+        got = media.strip() or "no Content-Type"
+        raise ApiError(415, f"Content-Type must be application/json; got {got} (curl: "
+                            "add -H 'Content-Type: application/json')", field="Content-Type")
+    charset = params.strip().lower().removeprefix("charset=").strip('"')
+    if params.strip() and charset not in ("utf-8", "utf8"):
+        raise ApiError(415, f"the body must be UTF-8; got {params.strip()}",
+                       field="Content-Type")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(int(declared), max_bytes)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise _too_large(len(body), max_bytes)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"the body is not valid UTF-8: {e.reason} at byte {e.start} "
+                            "(0-based)",
+                       field="body") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ApiError(400, f"the body is not valid JSON: {e.msg} at line {e.lineno} "
+                            f"column {e.colno}", field="body") from None
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _too_large(size: int, limit: int) -> ApiError:
+    return ApiError(413, f"the body has {size} bytes or more, more than the limit of "
+                         f"{limit} (--max-body-bytes)", field="body")
+
+
+def parse(model: type[pydantic.BaseModel], data: Any) -> Any:
+    """``data`` validated as ``model``; a 422 naming the field otherwise."""
+    if not isinstance(data, dict):
+        raise ApiError(422, f"the body must be a JSON object; got {_json_type(data)} "
+                            f"{_short(data)}", field="body")
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as e:
+        raise validation_error(e.errors()) from None

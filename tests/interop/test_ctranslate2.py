@@ -1,0 +1,239 @@
+"""The CTranslate2 export on random models and on the committed tiny workdir (seconds).
+
+The weight mapping is proved by teacher forcing: for every variant of ct2_helpers
+(post/pre-LN, each position kind, shared or separate embeddings, tied or untied output,
+ReLU/GELU, a non-default epsilon) with every parameter moved off its initial value,
+CTranslate2's per-token log-probs of reference translations equal jformer's (with PAD
+and BOS masked as its step function masks them). Searches on trained models of every
+variant: test_ctranslate2_parity.py (slow).
+"""
+import dataclasses
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason="the CTranslate2 export needs the export extra: "
+                          "pip install 'jformer[export]'")
+
+from jformer import files  # noqa: E402
+from jformer.config import DecodeConfig, ModelConfig  # noqa: E402
+from jformer.data import demo_corpus  # noqa: E402
+from jformer.data.sources import load_split  # noqa: E402
+from jformer.data.tokenizer import Tokenizer  # noqa: E402
+from jformer.inference import Translator  # noqa: E402
+from jformer.interop import ctranslate2 as ct2_export  # noqa: E402
+from jformer.model import Transformer  # noqa: E402
+from jformer.model.masks import NEG_INF  # noqa: E402
+from jformer.interop.ctranslate2_search import gnmt_rerank, search_options  # noqa: E402
+from tests.interop.ct2_helpers import (VARIANTS, assert_same_search, ct2_pieces,  # noqa: E402
+                                       piece_ids, variant_config)
+
+LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
+CORPUS = demo_corpus.generate(0, 300, 0, 12)
+SOURCES = [en for en, _ in CORPUS["test"]]
+TARGETS = [de for _, de in CORPUS["test"]]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Tokenizer:
+    sentences = [s for pair in CORPUS["train"] for s in pair]
+    return Tokenizer.train(sentences, tmp_path_factory.mktemp("spm") / "spm", vocab_size=400)
+
+
+def perturbed_params(cfg: ModelConfig, seed: int = 0) -> dict:
+    """Random params in the model's tree, none at its initial value: kernels and
+    embeddings N(0, 1/fan_in), biases N(0, 0.1), LayerNorm scales 1 + N(0, 0.1), so a
+    misplaced bias or norm shows in the log-probs. (Drawn with numpy: no compile.)"""
+    dummy = jax.ShapeDtypeStruct((1, 4), jnp.int32)
+    shapes = jax.eval_shape(lambda a: Transformer(cfg).init(jax.random.key(0), a, a),
+                            dummy)["params"]
+    rng = np.random.default_rng(seed)
+
+    def draw(path, leaf):
+        name, shape = path[-1].key, leaf.shape
+        if name == "scale":
+            x = 1.0 + rng.normal(0.0, 0.1, shape)
+        elif name.endswith("bias"):
+            x = rng.normal(0.0, 0.1, shape)
+        else:  # [in, ..., out] kernels ([H, K, D] out_kernel: in = H*K), tables
+            fan_in = shape[0] * shape[1] if name == "out_kernel" else shape[-1 if name in (
+                "embedding", "table") else 0]
+            x = rng.normal(0.0, fan_in ** -0.5, shape)
+        return x.astype(np.float32)
+
+    return jax.tree_util.tree_map_with_path(draw, shapes)
+
+
+def export(cfg, params, tok: Tokenizer, out) -> "ctranslate2.Translator":
+    pieces = [tok.id_to_piece(i) for i in range(tok.vocab_size)]
+    ct2_export.JformerConverter(cfg, params, pieces, tok.unk_id, tok.path).convert(str(out))
+    return ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
+
+
+def jformer_log_probs(cfg: ModelConfig, params, sources, targets) -> list[np.ndarray]:
+    """Teacher-forced log-prob of each target token (EOS included), PAD and BOS masked."""
+    width = max(len(x) for x in sources + targets)
+    pad = lambda rows: np.array([np.pad(r, (0, width - len(r)), constant_values=cfg.pad_id)
+                                 for r in rows], np.int32)
+    logits_BTV = jax.jit(Transformer(cfg).apply)({"params": params}, pad(sources),
+                                                 pad(targets))
+    banned_V = np.isin(np.arange(cfg.vocab_size), [cfg.pad_id, cfg.bos_id])
+    logp_BTV = jax.nn.log_softmax(jnp.where(banned_V, NEG_INF, logits_BTV), axis=-1)
+    picked_BT = np.take_along_axis(np.asarray(logp_BTV), pad(targets)[:, :, None], 2)[..., 0]
+    return [picked_BT[b, :len(t)] for b, t in enumerate(targets)]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_teacher_forced_log_probs_equal_jformers(variant, tokenizer, tmp_path):
+    cfg = variant_config(variant, tokenizer)
+    params = perturbed_params(cfg)
+    ct2 = export(cfg, params, tokenizer, tmp_path / "ct2")
+    sources = tokenizer.encode(SOURCES, add_eos=True)
+    targets = tokenizer.encode(TARGETS, add_eos=True)
+    pieces = lambda rows: [[tokenizer.id_to_piece(i) for i in r[:-1]] for r in rows]
+    theirs = ct2.score_batch(pieces(sources), pieces(targets))
+    ours = jformer_log_probs(cfg, params, sources, targets)
+    for i, (r, lp) in enumerate(zip(theirs, ours)):
+        assert [tokenizer.id_to_piece(t) for t in targets[i][:-1]] + ["</s>"] == r.tokens
+        np.testing.assert_allclose(r.log_probs, lp, atol=1e-5, rtol=0, err_msg=TARGETS[i])
+
+
+def test_pad_and_bos_are_never_generated(tokenizer, tmp_path):
+    """An output bias that makes PAD and BOS the likeliest tokens: jformer masks them
+    at every step, and so must the export, with no decoding option set."""
+    cfg = variant_config("pre_concat_shared_untied", tokenizer)
+    params = perturbed_params(cfg, seed=3)
+    bias = params["decoder"]["output_projection"]["bias"]
+    bias[[cfg.pad_id, cfg.bos_id]] += 50.0
+    ct2 = export(cfg, params, tokenizer, tmp_path / "ct2")
+    translator = Translator(cfg, params, tokenizer, DecodeConfig(batch_size=16))
+    assert_same_search(translator, ct2, SOURCES, beam_size=1, max_len=12,
+                       require_finished=False)
+    samples = ct2.translate_batch(ct2_pieces(translator, SOURCES * 4), sampling_topk=0,
+                                  sampling_temperature=2.0, max_decoding_length=12)
+    generated = {p for r in samples for h in r.hypotheses for p in h}
+    assert generated and not generated & {"<pad>", "<s>"}
+
+
+def test_searches_match_on_the_committed_workdir(tmp_path):
+    """Greedy: all 24 test sentences, finished or cut at max_len alike. Beam 4: the
+    sentences jformer's beam finishes (its forced EOS at max_len is not CTranslate2's).
+    GNMT: jformer's alpha 0.6 choice, where CTranslate2's 4-best list holds it, gets
+    jformer's score from gnmt_rerank."""
+    out = ct2_export.export_workdir(LEGACY, tmp_path / "ct2")
+    ct2 = ctranslate2.Translator(out, device="cpu", intra_threads=1)
+    # One source bucket and one row count: one compiled greedy and one beam program.
+    translator = Translator.from_checkpoint(
+        LEGACY, decode_cfg=DecodeConfig(batch_size=32, length_buckets=(32,)))
+    sentences = [s for s, _ in load_split(files.load_config(LEGACY).data, "test")]
+    max_len = translator.model_cfg.max_len
+    assert_same_search(translator, ct2, sentences, beam_size=1, max_len=max_len,
+                       require_finished=False)
+    beam = translator.translate(sentences, beam_size=4, alpha=0.0, return_scores=True,
+                                max_len=max_len)
+    done = [s for s, h in zip(sentences, beam) if h.finished and len(h.ids) < max_len]
+    assert len(done) >= 20
+    assert_same_search(translator, ct2, done, beam_size=4, max_len=max_len,
+                       require_finished=True)
+    ours = translator.translate(done, beam_size=4, alpha=0.6, return_scores=True,
+                                max_len=max_len)
+    theirs = ct2.translate_batch(ct2_pieces(translator, done), num_hypotheses=4,
+                                 return_end_token=True, **search_options(4, max_len))
+    index, eos = piece_ids(translator), translator.model_cfg.eos_id
+    found = 0
+    for h, r in zip(ours, theirs):
+        for pieces, score in gnmt_rerank(r, alpha=0.6):
+            if [index[p] for p in pieces] + [eos] == h.ids.tolist():
+                np.testing.assert_allclose(score, h.score, atol=1e-4, rtol=0)
+                found += 1
+    assert found >= len(done) // 2
+
+
+# ------------------------------------------------------------------------- refusals
+
+
+@dataclasses.dataclass(frozen=True)
+class FutureModelConfig(ModelConfig):
+    """ModelConfig with a field added after the exporter was written."""
+
+    final_logits_bias: bool = False
+
+
+def test_a_field_the_export_does_not_know_is_refused_unless_default(tokenizer):
+    cfg = variant_config("post_sinusoidal_shared_tied", tokenizer)
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    ct2_export.check_exportable(FutureModelConfig(**fields))  # the default: exported
+    with pytest.raises(ct2_export.ExportError, match=r"model\.final_logits_bias=True"):
+        ct2_export.check_exportable(FutureModelConfig(**fields, final_logits_bias=True))
+
+
+def test_an_activation_ctranslate2_lacks_is_refused_by_name(tokenizer):
+    cfg = variant_config("post_sinusoidal_shared_tied", tokenizer)
+    object.__setattr__(cfg, "activation", "swish")  # a value a later config may allow
+    object.__setattr__(cfg, "positional", "rotary")
+    with pytest.raises(ct2_export.ExportError,
+                       match=r"model\.activation='swish'.*model\.positional='rotary'"):
+        ct2_export.check_exportable(cfg)
+
+
+def test_a_vocabulary_that_does_not_fit_is_refused(tokenizer):
+    cfg = variant_config("post_sinusoidal_shared_tied", tokenizer)
+    pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    params = perturbed_params(cfg)
+    for bad in (pieces[:-1], pieces[:-1] + [pieces[5]]):
+        with pytest.raises(ct2_export.ExportError, match="model.vocab_size=400"):
+            ct2_export.transformer_spec_of(cfg, params, bad, tokenizer.unk_id)
+
+
+def test_params_that_do_not_fit_the_config_are_refused(tokenizer, tmp_path):
+    cfg = variant_config("post_sinusoidal_shared_tied", tokenizer)
+    params = perturbed_params(cfg)
+    del params["decoder"]["layer_0"]["ffn"]
+    converter = ct2_export.JformerConverter(
+        cfg, params, [tokenizer.id_to_piece(i) for i in range(400)], tokenizer.unk_id)
+    with pytest.raises(ValueError, match=r"\['decoder'\]\['layer_0'\]\['ffn'\].*missing"):
+        converter.convert(str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_that_does_not_match_the_tokenizer_is_refused(tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(LEGACY, workdir)
+    config = json.loads((workdir / "config.json").read_text())
+    config["model"]["vocab_size"] = 401
+    (workdir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ct2_export.ExportError, match=r"model\.vocab_size=401.*\(400\)"):
+        ct2_export.export_workdir(workdir, tmp_path / "out")
+    assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_a_failed_export_leaves_nothing_behind(tmp_path, monkeypatch):
+    def fail(self):
+        raise RuntimeError("conversion failed")
+
+    monkeypatch.setattr(ct2_export.JformerConverter, "_load", fail)
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        ct2_export.export_workdir(LEGACY, tmp_path / "out")
+    assert os.listdir(tmp_path) == []
+
+
+def test_one_converter_writes_every_quantization_and_leaves_the_params_alone(tokenizer,
+                                                                            tmp_path):
+    """CTranslate2 quantizes the spec's arrays in place: the converter must hand it
+    copies, or an int8 export would scale the caller's params."""
+    cfg = variant_config("pre_concat_shared_untied", tokenizer)
+    params = perturbed_params(cfg)
+    before = jax.tree.map(np.copy, params)
+    pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    converter = ct2_export.JformerConverter(cfg, params, pieces, tokenizer.unk_id)
+    for quantization in ("int8", "float32", "float16"):
+        converter.convert(str(tmp_path / quantization), quantization=quantization)
+    jax.tree.map(np.testing.assert_array_equal, params, before)
+    f32 = ctranslate2.Translator(str(tmp_path / "float32"), device="cpu")
+    assert f32.score_batch([["▁Five"]], [["▁Fünf"]])[0].log_probs

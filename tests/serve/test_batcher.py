@@ -1,0 +1,311 @@
+"""The dynamic batcher: sharing, settings kept apart, seeds, flushing, queue bound, failures.
+
+Sharing and results use the real Translator of the committed tiny workdir; the
+scheduling tests use a fake translator that upper-cases (no compiles).
+"""
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("prometheus_client", reason="needs the serve extra: pip install -e '.[serve]'")
+
+import jax  # noqa: E402
+
+from jformer.inference import Hypothesis, bucket_for  # noqa: E402
+from jformer.serve.batcher import Batcher, Job, QueueFull, SearchSettings, Stopped  # noqa: E402
+from tests.serve.conftest import LONG, SENTENCES  # noqa: E402
+
+GREEDY = SearchSettings.normalized("greedy", beam_size=4, alpha=0.6, n_best=1, max_len=None,
+                                   temperature=1.0, top_k=0)
+
+
+def settings(method, beam_size=2, alpha=0.6, n_best=1, temperature=1.0):
+    return SearchSettings.normalized(method, beam_size=beam_size, alpha=alpha, n_best=n_best,
+                                     max_len=None, temperature=temperature, top_k=0)
+
+
+class Recording:
+    """Passes translate() through and records each call's sentences and settings."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def translate(self, sentences, **kwargs):
+        self.calls.append((list(sentences), {k: v for k, v in kwargs.items() if k != "rng"}))
+        return self.inner.translate(sentences, **kwargs)
+
+
+class Upper:
+    """A fake translator: upper-cases; waits on ``gate``; raises on a sentence "BAD"."""
+
+    def __init__(self):
+        self.calls, self.gate = [], threading.Event()
+        self.gate.set()
+
+    def translate(self, sentences, **kwargs):
+        self.gate.wait(30)
+        self.calls.append(list(sentences))
+        if "BAD" in sentences:
+            raise RuntimeError("the decoder blew up")
+        return [Hypothesis(s.upper(), -1.0, np.zeros(2, np.int32), True) for s in sentences]
+
+
+def job_for(translator, sentences, setting, loop, seed=None, positions=None):
+    lengths = [len(ids) for ids in translator.tokenizer.encode(sentences)]
+    if seed is not None and positions is None:
+        positions = list(range(len(sentences)))
+    return Job(sentences, lengths, [bucket_for(n, translator.buckets) for n in lengths],
+               setting, loop, seed=seed, positions=positions)
+
+
+def fake_job(sentences, loop, setting=GREEDY, bucket=16):
+    return Job(sentences, [3] * len(sentences), [bucket] * len(sentences), setting, loop)
+
+
+def run(batcher, make_jobs):
+    """Submits the jobs make_jobs(loop) gives, at once, then starts the batcher; their
+    results or exceptions."""
+    async def main():
+        jobs = make_jobs(asyncio.get_running_loop())
+        for job in jobs:
+            batcher.submit(job)
+        batcher.start()
+        return await asyncio.wait_for(
+            asyncio.gather(*(j.future for j in jobs), return_exceptions=True), 120)
+    try:
+        return asyncio.run(main())
+    finally:
+        batcher.stop(10)
+
+
+def texts(result):
+    return [hyps[0].text for hyps in result]
+
+
+def test_concurrent_requests_share_one_batch_and_each_gets_its_own_results(translator):
+    recording = Recording(translator)
+    batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.5, max_queue=64)
+    batcher.translator = recording
+    requests = [SENTENCES[:1], SENTENCES[1:3], SENTENCES[3:4]]
+    results = run(batcher, lambda loop: [job_for(translator, r, GREEDY, loop)
+                                         for r in requests])
+    assert len(recording.calls) == 1 < len(requests)  # one decoder batch for three requests
+    assert sorted(recording.calls[0][0]) == sorted(SENTENCES[:4])
+    for request, result in zip(requests, results):
+        want = translator.translate(request, method="greedy", return_scores=True)
+        assert texts(result) == [h.text for h in want]
+        np.testing.assert_allclose([r[0].score for r in result], [h.score for h in want],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_different_settings_never_share_a_batch(translator):
+    recording = Recording(translator)
+    batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.3, max_queue=64)
+    batcher.translator = recording
+    cases = [(SENTENCES[0], settings("greedy"), None),
+             (SENTENCES[1], settings("beam", alpha=0.6), None),
+             (SENTENCES[2], settings("beam", alpha=1.5), None),
+             (SENTENCES[3], settings("sample", temperature=2.0), 5)]
+    results = run(batcher, lambda loop: [job_for(translator, [s], st, loop, seed=seed)
+                                         for s, st, seed in cases])
+    assert sorted(len(sentences) for sentences, _ in recording.calls) == [1, 1, 1, 1]
+    for (sentence, setting, seed), result in zip(cases, results):
+        (call,) = [kw for sentences, kw in recording.calls if sentences == [sentence]]
+        assert call["method"] == setting.method
+        kwargs = setting.translate_kwargs()
+        if seed is not None:
+            kwargs["rng"] = jax.random.key(seed)
+        (want,) = translator.translate([sentence], return_scores=True, **kwargs)
+        assert result[0][0].text == want.text
+        assert result[0][0].score == pytest.approx(want.score, rel=1e-5, abs=1e-5)
+
+
+def test_equivalent_settings_share_greedy_ignores_beam_and_sampling_knobs():
+    assert settings("greedy", beam_size=2, alpha=0.1) == settings("greedy", beam_size=9,
+                                                                  alpha=2.0, temperature=3.0)
+    assert settings("beam", alpha=0.6) != settings("beam", alpha=0.7)
+    assert settings("beam", n_best=1) != settings("beam", n_best=2)
+    assert settings("sample", temperature=1.0) != settings("sample", temperature=2.0)
+
+
+def test_samples_in_a_shared_batch_follow_each_request_seed_and_line_number(translator):
+    recording = Recording(translator)
+    batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.5, max_queue=64)
+    batcher.translator = recording
+    hot = settings("sample", temperature=2.0)
+    # Request B's sentence is its line 1 (its line 0 was blank and not decoded).
+    results = run(batcher, lambda loop: [
+        job_for(translator, SENTENCES[:2], hot, loop, seed=7),
+        job_for(translator, [SENTENCES[2]], hot, loop, seed=8, positions=[1])])
+    assert len(recording.calls) == 1
+    sample = lambda lines, seed: translator.translate(  # noqa: E731
+        lines, method="sample", temperature=2.0, rng=jax.random.key(seed))
+    assert texts(results[0]) == sample(SENTENCES[:2], 7)
+    assert texts(results[1]) == sample(["", SENTENCES[2]], 8)[1:]
+
+
+def test_a_full_group_is_decoded_without_waiting_and_tokens_cap_a_batch():
+    upper = Upper()
+    batcher = Batcher(max_batch=8, max_batch_tokens=32, max_wait_s=60.0, max_queue=64)
+    batcher.translator = upper
+    start = time.monotonic()
+    (result,) = run(batcher, lambda loop: [fake_job(list("abcd"), loop)])
+    assert time.monotonic() - start < 30  # not the 60 s max_wait: full groups go at once
+    assert texts(result) == list("ABCD")
+    # 32 padded tokens at bucket 16: two sentences a batch.
+    assert upper.calls == [["a", "b"], ["c", "d"]]
+
+
+def test_a_full_queue_refuses_at_once_and_queues_nothing():
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.0, max_queue=4)
+    batcher.translator = Upper()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        batcher.submit(fake_job(["a", "b", "c"], loop))
+        with pytest.raises(QueueFull, match=r"3 sentences waiting, limit 4") as caught:
+            batcher.submit(fake_job(["d", "e"], loop))
+        assert caught.value.retry_after >= 1
+        assert batcher.queued == 3
+        last = fake_job(["f"], loop)
+        batcher.submit(last)  # still fits
+        assert batcher.queued == 4
+        batcher.start()
+        return await asyncio.wait_for(last.future, 30)
+
+    try:
+        assert texts(asyncio.run(main())) == ["F"]
+    finally:
+        batcher.stop(10)
+
+
+def test_a_failed_batch_answers_its_requests_with_the_error_and_the_next_one_works():
+    upper = Upper()
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.2, max_queue=64)
+    batcher.translator = upper
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        batcher.start()
+        bad, neighbour = fake_job(["BAD", "x"], loop), fake_job(["y"], loop)
+        # A job split over two groups: one fails, so the job fails once.
+        split = Job(["BAD", "z"], [3, 3], [16, 32], GREEDY, loop)
+        for job in (bad, neighbour, split):
+            batcher.submit(job)
+        failed = await asyncio.gather(bad.future, neighbour.future, split.future,
+                                      return_exceptions=True)
+        later = fake_job(["later"], loop)
+        batcher.submit(later)
+        return failed, await asyncio.wait_for(later.future, 30)
+
+    try:
+        failed, later = asyncio.run(main())
+    finally:
+        batcher.stop(10)
+    assert all(isinstance(e, RuntimeError) and "blew up" in str(e) for e in failed)
+    assert texts(later) == ["LATER"]
+    assert batcher.metrics.registry.get_sample_value("jformer_batch_failures_total") == 1
+    assert batcher.alive() is False  # stopped by stop(), not by the failure
+
+
+def test_an_abandoned_job_is_not_decoded():
+    upper = Upper()
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.1, max_queue=64)
+    batcher.translator = upper
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        gone, kept = fake_job(["gone"], loop), fake_job(["kept"], loop)
+        batcher.submit(gone)
+        gone.abandon()  # e.g. its client timed out while it waited
+        batcher.submit(kept)
+        batcher.start()
+        return await asyncio.wait_for(kept.future, 30)
+
+    try:
+        assert texts(asyncio.run(main())) == ["KEPT"]
+    finally:
+        batcher.stop(10)
+    assert upper.calls == [["kept"]]
+
+
+def test_stop_decodes_what_is_queued_then_refuses_work():
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=60.0, max_queue=64)
+    batcher.translator = Upper()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        job = fake_job(["queued"], loop)
+        batcher.submit(job)
+        batcher.start()
+        assert await asyncio.to_thread(batcher.stop, 30)  # no 60 s wait: stopping flushes
+        with pytest.raises(Stopped):
+            batcher.submit(fake_job(["late"], loop))
+        return await asyncio.wait_for(job.future, 5)
+
+    assert texts(asyncio.run(main())) == ["QUEUED"]
+
+
+def test_calls_run_on_the_decoder_thread_between_batches():
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.0, max_queue=64)
+    batcher.start()
+    try:
+        assert batcher.call(lambda: threading.current_thread().name).result(30) == \
+            "jformer-decoder"
+        with pytest.raises(ZeroDivisionError):
+            batcher.call(lambda: 1 / 0).result(30)
+        assert batcher.alive()
+    finally:
+        batcher.stop(10)
+
+
+def test_sentences_of_two_buckets_form_two_batches(translator):
+    recording = Recording(translator)
+    batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.3, max_queue=64)
+    batcher.translator = recording
+    (result,) = run(batcher, lambda loop: [job_for(translator, [SENTENCES[0], LONG],
+                                                   GREEDY, loop)])
+    assert sorted(c[0] for c in recording.calls) == [[LONG], [SENTENCES[0]]]
+    assert texts(result) == translator.translate([SENTENCES[0], LONG], method="greedy")
+
+
+def test_batches_reach_the_translator_padded_to_their_compiled_row_count():
+    upper = Upper()
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.05, max_queue=64)
+    batcher.translator = upper
+    results = run(batcher, lambda loop: [fake_job(["a", "b"], loop), fake_job(["c"], loop)])
+    # Three sentences decode on 4 rows either way: the last one fills the fourth, so
+    # translate() only sees the row counts warm-up compiled.
+    assert upper.calls == [["a", "b", "c", "c"]]
+    assert [texts(r) for r in results] == [["A", "B"], ["C"]]
+    assert batcher.metrics.registry.get_sample_value("jformer_sentences_total") == 3
+
+
+def test_a_malformed_result_fails_its_batch_not_the_decoder_thread():
+    class Short(Upper):
+        def translate(self, sentences, **kwargs):
+            return super().translate(sentences, **kwargs)[:-1]
+
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.0, max_queue=64)
+    batcher.translator = Short()
+    (error,) = _run_and_check_alive(batcher)
+    assert isinstance(error, RuntimeError) and "gave 0 results for 1 sentences" in str(error)
+
+
+def _run_and_check_alive(batcher):
+    async def main():
+        job = fake_job(["x"], asyncio.get_running_loop())
+        batcher.submit(job)
+        batcher.start()
+        results = await asyncio.gather(job.future, return_exceptions=True)
+        assert batcher.alive() and batcher.call(lambda: "still here").result(30) == \
+            "still here"
+        return results
+
+    try:
+        return asyncio.run(main())
+    finally:
+        batcher.stop(10)

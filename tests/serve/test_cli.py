@@ -1,0 +1,146 @@
+"""`jformer serve` as users run it: a real uvicorn process on loopback, stopped by SIGTERM.
+
+The drain test holds requests in the batcher (a 1.5 s --max-wait-ms), sends SIGTERM
+while they wait, and checks each still gets its translation (the fixture's recorded
+greedy outputs), new connections are refused, and the process exits 0.
+"""
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("uvicorn", reason="needs the serve extra: pip install -e '.[serve]'")
+
+from jformer import cli  # noqa: E402
+from tests.serve.conftest import WORKDIR, free_port  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def start(workdir, log_path, *flags):
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "jformer", "serve", "--workdir", workdir,
+                             "--host", "127.0.0.1", "--port", str(port), "--warmup-buckets",
+                             "0", *flags], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            cwd=ROOT)
+    log.close()
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def get(url, timeout=10):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def post(url, body, timeout=60):
+    request = urllib.request.Request(url, json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def wait_ready(proc, base, log_path, seconds=180):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited {proc.returncode}:\n"
+                                 f"{open(log_path).read()}")
+        try:
+            if get(base + "/v1/ready", timeout=2)[0] == 200:
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError("not ready in time:\n" + open(log_path).read())
+
+
+def queued(base):
+    status, text = get(base + "/metrics")
+    for line in text.decode().splitlines():
+        if line.startswith("jformer_queue_sentences "):
+            return float(line.split()[1])
+    raise AssertionError("no jformer_queue_sentences in /metrics")
+
+
+def refused(base):
+    try:
+        get(base + "/v1/health", timeout=2)
+    except (urllib.error.URLError, ConnectionError):
+        return True
+    return False
+
+
+def test_sigterm_drains_the_requests_in_flight_then_exits_0(tmp_path):
+    with open(os.path.join(WORKDIR, "expected.json")) as f:
+        expected = json.load(f)
+    sources, want = expected["sources"], [g["text"] for g in expected["greedy"]]
+    log_path = tmp_path / "server.log"
+    proc, base = start(WORKDIR, log_path, "--max-wait-ms", "1500")
+    try:
+        wait_ready(proc, base, log_path)
+        with concurrent.futures.ThreadPoolExecutor(len(sources)) as pool:
+            answers = [pool.submit(post, base + "/v1/translate",
+                                   {"q": s, "method": "greedy"}) for s in sources]
+            deadline = time.monotonic() + 30
+            while queued(base) < len(sources) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert queued(base) == len(sources)  # all waiting in the batcher
+            proc.send_signal(signal.SIGTERM)
+            results = [a.result(120) for a in answers]
+        assert [status for status, _ in results] == [200] * len(sources)
+        assert [body["translations"][0] for _, body in results] == want
+        assert proc.wait(60) == 0
+        assert refused(base)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = log_path.read_text()
+    assert "draining: " in log and "Shutting down" in log
+
+
+@pytest.mark.slow  # a second server process (~6 s of CPU); the in-process twin is fast
+def test_a_model_that_fails_to_load_stops_the_server_with_status_1(tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(WORKDIR, workdir, ignore=shutil.ignore_patterns("checkpoints"))
+    (workdir / "checkpoints").mkdir()  # there, but empty: found only while loading
+    log_path = tmp_path / "server.log"
+    proc, _ = start(str(workdir), log_path)
+    try:
+        assert proc.wait(120) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    last = log_path.read_text().strip().splitlines()[-1]
+    assert last == f"jformer serve: error: no checkpoint in {workdir / 'checkpoints'}"
+
+
+def test_bad_paths_and_limits_fail_before_binding_with_one_line(tmp_path, capsys):
+    assert cli.main(["serve", "--workdir", str(tmp_path / "none")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"jformer serve: error: config file not found: {tmp_path / 'none'}/" \
+                  "config.json (is " + str(tmp_path / "none") + " a training workdir?)"
+    assert cli.main(["serve", "--workdir", WORKDIR, "--max-queue", "4"]) == 1
+    assert "--max-queue (4) must be >= --max-sentences (128)" in capsys.readouterr().err
+    assert cli.main(["serve", "--workdir", WORKDIR, "--max-wait-ms", "-1"]) == 1
+    assert "--max-wait-ms must be a finite number >= 0; got -1.0" in capsys.readouterr().err
+    assert cli.main(["serve", "--workdir", WORKDIR, "--max-batch", "3", "--devices", "2"]) == 1
+    assert "--max-batch (3) must be a multiple of --devices (2)" in capsys.readouterr().err

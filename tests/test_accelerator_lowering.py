@@ -1,0 +1,83 @@
+"""The accelerator path, guarded without an accelerator: the train step, the eval step and
+greedy and beam translation, lowered with ``jax.export`` for CUDA and TPU under
+model.kernels="auto", hold no CPU-only custom call and no optimisation barrier (the CPU
+kernels' barriers would force copies XLA would not make on those chips)."""
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+from jformer.config import DecodeConfig, ModelConfig, TrainConfig
+from jformer.inference.batch_decode import SearchSpec, decode_batch
+from jformer.mesh import make_mesh
+from jformer.model import Transformer
+from jformer.train.schedules import make_optimizer
+from jformer.train.sharding import DataParallel
+from jformer.train.step import create_train_state, make_eval_step, make_train_step
+
+CFG = ModelConfig(vocab_size=64, d_model=32, num_heads=4, num_encoder_layers=2,
+                  num_decoder_layers=2, d_ff=64, max_len=32, dropout_rate=0.1,
+                  attention_dropout_rate=0.1, kernels="auto")
+# Custom calls that XLA lowers on every platform (sharding annotations of shard_map).
+PORTABLE_CUSTOM_CALLS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"}
+
+
+def custom_calls(module_text: str) -> set[str]:
+    return set(re.findall(r"custom_call\s*@([\w.$-]+)", module_text))
+
+
+def lowered(fn, platform, *args, **kwargs) -> str:
+    return export.export(fn, platforms=[platform])(*args, **kwargs).mlir_module()
+
+
+def shapes(tree):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), tree)
+
+
+def train_and_eval_modules(platform: str) -> list[str]:
+    cfg = CFG.for_platform(platform)
+    model = Transformer(cfg)
+    tx, schedule = make_optimizer(TrainConfig(), cfg.d_model)
+    dp = DataParallel(make_mesh(jax.devices()[:1]))
+    batch = {"inputs": np.ones((4, 16), np.int32), "targets": np.ones((4, 16), np.int32)}
+    state = shapes(create_train_state(model, tx, 0, batch))
+    batch = shapes(batch)
+    train = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0,
+                                       schedule=schedule))
+    evaluate = dp.compile(make_eval_step(model, label_smoothing=0.1, pad_id=0),
+                          donate_state=False)
+    return [lowered(train, platform, state, batch),
+            lowered(evaluate, platform, state.params, batch)]
+
+
+def translate_modules(platform: str) -> list[str]:
+    cfg = CFG.for_platform(platform)
+    params = shapes(jax.eval_shape(lambda: Transformer(cfg).init(
+        jax.random.key(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)))["params"])
+    inputs = jax.ShapeDtypeStruct((4, 16), jnp.int32)
+    valid = jax.ShapeDtypeStruct((4,), jnp.bool_)
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 4))
+    out = []
+    for spec in (SearchSpec("greedy", 1, 24), SearchSpec("beam", 4, 24)):
+        out.append(lowered(decode_batch, platform, params, None, inputs, valid, keys,
+                           np.float32(DecodeConfig().alpha), np.float32(1.0),
+                           model_cfg=cfg, spec=spec))
+    return out
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_accelerator_lowerings_hold_no_cpu_kernels(platform):
+    modules = train_and_eval_modules(platform) + translate_modules(platform)
+    assert len(modules) == 4
+    for text in modules:
+        assert "optimization_barrier" not in text
+        assert custom_calls(text) <= PORTABLE_CUSTOM_CALLS, custom_calls(text)
+
+
+def test_the_cpu_lowering_does_hold_the_cpu_kernels():
+    """The check above can fail: on the CPU "auto" runs the kernels, barriers included."""
+    train_module = train_and_eval_modules("cpu")[0]
+    assert "optimization_barrier" in train_module

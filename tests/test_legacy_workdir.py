@@ -1,0 +1,66 @@
+"""A workdir written before the package redesign (tests/fixtures/legacy_workdir, made by
+commit 6ae70c1's code: see make_legacy_workdir.py) restores and translates to the same
+output, and resumes training, under both kernel sets."""
+import dataclasses
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from jformer import checkpoint, files
+from jformer.inference import Translator
+from jformer.model import Transformer
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "legacy_workdir")
+
+
+@pytest.fixture(scope="module")
+def expected():
+    with open(os.path.join(FIXTURE, "expected.json")) as f:
+        return json.load(f)
+
+
+def translator(kernels: str) -> Translator:
+    tr = Translator.from_checkpoint(FIXTURE)
+    return Translator(dataclasses.replace(tr.model_cfg, kernels=kernels), tr.params,
+                      tr.tokenizer, tr.decode_cfg)
+
+
+@pytest.mark.parametrize("kernels", ["cpu", "plain"])
+def test_old_workdir_translates_to_the_same_output(expected, kernels):
+    tr = translator(kernels)
+    for method, beam in (("greedy", 1), ("beam", 4)):
+        hyps = tr.translate(expected["sources"], beam_size=beam, return_scores=True)
+        assert [h.text for h in hyps] == [e["text"] for e in expected[method]]
+        assert [h.ids.tolist() for h in hyps] == [e["ids"] for e in expected[method]]
+        np.testing.assert_allclose([h.score for h in hyps],
+                                   [e["score"] for e in expected[method]], rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernels", ["cpu", "plain"])
+def test_old_workdir_gives_the_same_logits(expected, kernels):
+    tr = translator(kernels)
+    logits = Transformer(tr.model_cfg).apply(
+        {"params": tr.params}, np.asarray(expected["logits_inputs"], np.int32),
+        np.asarray(expected["logits_targets"], np.int32))
+    np.testing.assert_allclose(logits, np.load(os.path.join(FIXTURE, "expected_logits.npy")),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_old_workdir_resumes_training(tmp_path):
+    """train.py on a copy of the old workdir resumes from its step-400 checkpoint."""
+    from jformer import train
+    from tests.train_helpers import tiny_config
+
+    workdir = tmp_path / "w"
+    shutil.copytree(FIXTURE, workdir)
+    saved = files.load_config(workdir)
+    assert saved.model.kernels == "auto"  # config.json predates the field: the default
+    cfg = tiny_config(num_steps=410, checkpoint_every=200, keep_checkpoints=2,
+                      warmup_steps=100, learning_rate_scale=1.0, async_checkpoints=False)
+    job, state = train.train(cfg, str(workdir))
+    assert int(state.step) == 410
+    assert checkpoint.Checkpointer(files.checkpoint_dir(workdir), keep=2,
+                                   save_every=200).all_steps() == [400, 410]
