@@ -40,7 +40,8 @@ def _modules():
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jformer", description="Transformer translation "
                                      "in JAX: translate, evaluate, inspect, average, "
-                                     "size up memory, serve, export.")
+                                     "size up memory, serve, export; run a "
+                                     "fine-tuned encoder (predict).")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _modules():
         p = sub.add_parser(module.NAME, help=module.HELP)
