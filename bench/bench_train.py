@@ -44,6 +44,7 @@ the same run, by ``bench/compare.py``; ``--json`` writes this script's rows for 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -81,6 +82,8 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--base-steps", type=int, default=10, help="timed steps for base")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps incl. the compile")
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--kernels", default="auto",
+                   help="comma list of model.kernels settings: auto, plain, cpu")
     p.add_argument("--max-wait", type=float, default=60.0,
                    help="seconds one measurement may wait for a quiet machine (0: no gate)")
     p.add_argument("--malloc", default="hugepages", choices=sorted(MALLOC_ENV),
@@ -182,7 +185,7 @@ def _batches(vocab_size: int, count: int = 4) -> list[dict]:
             for _ in range(count)]
 
 
-def _build(config: str, dtype: str, dropout: float):
+def _build(config: str, dtype: str, dropout: float, kernels: str = "auto"):
     """The compiled one-device train step, its state and 4 device batches."""
     import jax
     from jformer.config import ModelConfig, TrainConfig
@@ -192,7 +195,8 @@ def _build(config: str, dtype: str, dropout: float):
     from jformer.train.sharding import DataParallel
     from jformer.train.step import create_train_state, make_train_step
 
-    cfg = ModelConfig(**CONFIGS[config], dropout_rate=dropout, max_len=64, dtype=dtype)
+    cfg = ModelConfig(**CONFIGS[config], dropout_rate=dropout, max_len=64, dtype=dtype,
+                      kernels=kernels)
     tcfg = TrainConfig(label_smoothing=0.1, compute_dtype=dtype)
     model = Transformer(cfg)
     tx, schedule = make_optimizer(tcfg, cfg.d_model)
@@ -205,10 +209,10 @@ def _build(config: str, dtype: str, dropout: float):
 
 
 def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
-             max_wait_s: float) -> dict:
-    """One (config, dtype) row; run in its own process."""
+             max_wait_s: float, kernels: str = "auto") -> dict:
+    """One (config, dtype, kernels) row; run in its own process."""
     import jax
-    cfg, dp, step, state, batches = _build(config, dtype, dropout)
+    cfg, dp, step, state, batches = _build(config, dtype, dropout, kernels)
     params = sum(x.size for x in jax.tree.leaves(state.params))
     gate = QuietGate(max_wait_s)
     times, faults, first_s, i = [], [], None, 0
@@ -228,7 +232,9 @@ def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
     loss = dp.get_metrics(metrics)
     if loss["nonfinite"]:
         raise RuntimeError(f"{config}/{dtype}: non-finite loss {loss}")
-    return {"config": config, "dtype": dtype, "params": params, "first_step_s": first_s,
+    return {"config": config, "dtype": dtype, "kernels": kernels,
+            "kernels_resolved": "cpu" if cfg.cpu_kernels else "plain", "params": params,
+            "first_step_s": first_s,
             "step_s": statistics.median(times), "steps": steps, "spread": (min(times), max(times)),
             "dropped": gate.dropped, "contended_kept": gate.contended_kept,
             "waited_s": gate.waited_s, "loss_per_token": loss["loss"] / loss["tokens"],
@@ -260,22 +266,23 @@ def _worker_main(args: argparse.Namespace) -> None:
     if args.worker == "probe":
         print(json.dumps(_probe()))
         return
-    config, dtype = args.worker.split(":")
+    config, dtype, kernels = args.worker.split(":")
     steps = args.base_steps if config == "base" else args.steps
     print(json.dumps(_measure(config, dtype, steps, max(args.warmup, 1), args.dropout,
-                              args.max_wait)))
+                              args.max_wait, kernels)))
 
 
 def _table(rows: list[dict], probe: dict | None) -> str:
-    lines = ["| config | dtype | params | step s (median) | min-max s | tgt tok/s | "
+    lines = ["| config | dtype | kernels | params | step s (median) | min-max s | tgt tok/s | "
              "first step s | steps (dropped) | peak RSS MiB | GFLOP/step | GFLOP/s "
              "| MFU (probe) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         rate = r["flops"] / r["step_s"] / 1e9
         mfu = f"{rate / probe[r['dtype']]:.0%}" if probe else "-"
         lines.append(
-            f"| {r['config']} | {r['dtype']} | {r['params'] / 1e6:.2f}M | {r['step_s']:.3f} | "
+            f"| {r['config']} | {r['dtype']} | {r['kernels']} ({r['kernels_resolved']}) | "
+            f"{r['params'] / 1e6:.2f}M | {r['step_s']:.3f} | "
             f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f} | {r['tgt_tokens_per_s']:,.0f} | "
             f"{r['first_step_s']:.1f} | {_steps_cell(r)} | {r['peak_rss_mib']:,.0f} | "
             f"{r['flops'] / 1e9:.1f} | {rate:.0f} | {mfu} |")
@@ -302,18 +309,21 @@ def main(argv=None) -> None:
     for d in dtypes:
         if d not in DTYPES:
             raise ValueError(f"--dtypes must name {list(DTYPES)}; got {d!r}")
+    kernel_sets = [k for k in args.kernels.split(",") if k]
+    for k in kernel_sets:
+        if k not in ("auto", "plain", "cpu"):
+            raise ValueError(f"--kernels must name auto, plain or cpu; got {k!r}")
     probe = _run_worker("probe", args) if args.probe else None
     if probe:
         print(f"matmul probe {'x'.join(map(str, PROBE_SHAPE))} (best of 30): "
               + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in probe.items()), flush=True)
     rows = []
-    for c in configs:
-        for d in dtypes:
-            rows.append(_run_worker(f"{c}:{d}", args))
-            r = rows[-1]
-            r["tgt_tokens_per_s"] = BATCH * TGT_LEN / r["step_s"]
-            print(f"  {c} {d}: {r['step_s']:.3f} s/step, {r['tgt_tokens_per_s']:,.0f} tok/s, "
-                  f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)
+    for c, d, k in itertools.product(configs, dtypes, kernel_sets):
+        rows.append(_run_worker(f"{c}:{d}:{k}", args))
+        r = rows[-1]
+        r["tgt_tokens_per_s"] = BATCH * TGT_LEN / r["step_s"]
+        print(f"  {c} {d} {k}: {r['step_s']:.3f} s/step, {r['tgt_tokens_per_s']:,.0f} tok/s, "
+              f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)
     print(f"\n### Train step, batch {BATCH} x {SRC_LEN} src x {TGT_LEN} tgt, "
           f"dropout {args.dropout}, label smoothing 0.1, Adam, 1 device, "
           f"malloc {args.malloc} {MALLOC_ENV[args.malloc] or ''}\n")

@@ -11,6 +11,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
+from jformer.config_fields import JAX_SEED_LIMIT  # noqa: F401 (re-exported)
 from jformer.config_fields import ConfigError  # noqa: F401 (re-exported)
 from jformer.config_fields import check as _check
 from jformer.config_fields import check_choice as _check_choice
@@ -335,7 +336,7 @@ def check_training_config(config: Config) -> None:
            "an int >= 0 (0: all sentences)", d.vocab_sample_size)
     _check_seed("data", "seed", d.seed)
     _check_seed("data", "demo_seed", d.demo_seed)
-    _check_seed("train", "seed", t.seed)
+    _check_seed("train", "seed", t.seed, JAX_SEED_LIMIT)
     for name in ("adam_b1", "adam_b2"):  # Adam's decay rates; 1 would never forget
         _check(_is_number(getattr(t, name)) and 0 <= getattr(t, name) < 1, f"train.{name}",
                "a number in [0, 1)", getattr(t, name))

@@ -42,9 +42,12 @@ def check_number(section: str, name: str, value: float, low: float, *,
           value)
 
 
-def check_seed(section: str, name: str, value: int) -> None:
-    check(is_int(value) and 0 <= value < 2 ** 63, f"{section}.{name}",
-          "an int in [0, 2**63)", value)
+JAX_SEED_LIMIT = 2 ** 32  # jax.random.key keeps 32 bits: a larger seed repeats a smaller one
+
+
+def check_seed(section: str, name: str, value: int, limit: int = 2 ** 63) -> None:
+    check(is_int(value) and 0 <= value < limit, f"{section}.{name}",
+          f"an int in [0, 2**{limit.bit_length() - 1})", value)
 
 
 def check_choice(section: str, name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -80,8 +80,11 @@ def decode_overrides(args: argparse.Namespace):
 def search_kwargs(args: argparse.Namespace) -> dict:
     import jax
 
-    if not 0 <= args.seed < 2 ** 63:
-        raise ValueError(f"--seed must be an int in [0, 2**63); got {args.seed}")
+    from jformer.config import JAX_SEED_LIMIT
+
+    if not 0 <= args.seed < JAX_SEED_LIMIT:
+        raise ValueError(f"--seed must be an int in [0, 2**32) (a larger one would repeat a "
+                         f"smaller one's samples); got {args.seed}")
     return dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
                 max_len=args.max_len, method=args.method, temperature=args.temperature,
                 top_k=args.top_k, rng=jax.random.key(args.seed))

@@ -347,10 +347,7 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
     try:
         converter.convert(tmp, quantization=quantization, force=True)
-        for name in os.listdir(tmp):
-            with open(os.path.join(tmp, name), "rb") as f:
-                os.fsync(f.fileno())
-        files.replace_directory(tmp, out)
+        files.replace_directory(tmp, out)  # flushes the files, then renames
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -36,7 +36,7 @@ def fast_top_k(x: jax.Array, k: int, block: int = 32) -> tuple[jax.Array, jax.Ar
     stops at a non-finite loss), and checking for it would cost another pass per step.
 
     Args:
-      x: float [..., N]; k: 1 <= k <= N.
+      x: float [..., n]; k: 1 <= k <= n.
     Returns:
       (values [..., k], int32 indices [..., k]), best first.
     """
@@ -44,12 +44,12 @@ def fast_top_k(x: jax.Array, k: int, block: int = 32) -> tuple[jax.Array, jax.Ar
     blocks = -(-n // block)
     if blocks <= 2 * k:  # too few blocks to pay for the two stages
         return lax.top_k(x, k)
-    # [..., N] -> [..., blocks, block]; -inf padding sorts after any real entry (index).
+    # [..., n] -> [..., blocks, block]; -inf padding sorts after any real entry (index).
     pad = [(0, 0)] * len(lead) + [(0, blocks * block - n)]
-    x_NBK = jnp.pad(x, pad, constant_values=-jnp.inf).reshape(*lead, blocks, block)
-    _, kept_K = lax.top_k(jnp.max(x_NBK, axis=-1), k)
-    kept_K = jnp.sort(kept_K, axis=-1)
-    cand = jnp.take_along_axis(x_NBK, kept_K[..., None], axis=-2)  # [..., k, block]
+    blocked = jnp.pad(x, pad, constant_values=-jnp.inf).reshape(*lead, blocks, block)
+    _, kept = lax.top_k(jnp.max(blocked, axis=-1), k)
+    kept = jnp.sort(kept, axis=-1)
+    cand = jnp.take_along_axis(blocked, kept[..., None], axis=-2)  # [..., k, block]
     values, pos = lax.top_k(cand.reshape(*lead, k * block), k)
-    block_of = jnp.take_along_axis(kept_K, pos // block, axis=-1)
+    block_of = jnp.take_along_axis(kept, pos // block, axis=-1)
     return values, (block_of * block + pos % block).astype(jnp.int32)

@@ -114,8 +114,8 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     new_parent_BW = jnp.take_along_axis(parent_BC, jnp.maximum(pick_BW - w, 0), axis=1)
     # Old finished slot i is source i; a new one is its parent's prefix, source W + parent.
     source_BW = jnp.where(pick_BW < w, pick_BW, w + new_parent_BW)
-    sources_BST = jnp.concatenate([c.fin_BWT, c.alive_BWT], axis=1)  # [B, 2W, T]
-    fin_BWT = jnp.take_along_axis(sources_BST, source_BW[:, :, None], axis=1)
+    pool_BCT = jnp.concatenate([c.fin_BWT, c.alive_BWT], axis=1)  # [B, 2W, T]
+    fin_BWT = jnp.take_along_axis(pool_BCT, source_BW[:, :, None], axis=1)
     # Position `step` is pad_id in both sources (finished: after EOS; alive: unwritten).
     eos_col_BW1 = jnp.where(is_new_BW, eos_id, pad_id)[:, :, None].astype(jnp.int32)
     fin_BWT = lax.dynamic_update_slice(fin_BWT, eos_col_BW1, (0, 0, step))

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SEED_LIMIT = 2 ** 32  # jax.random.key keeps a seed's low 32 bits: larger ones would alias
+from jformer.config import JAX_SEED_LIMIT as SEED_LIMIT  # jax.random.key keeps 32 bits
 
 
 class _Strict(BaseModel):

@@ -32,6 +32,7 @@ def check_pngs(folder, names):
             image.load()  # decodes every row: a truncated file fails here
 
 
+@pytest.mark.slow
 def test_writes_every_figure_for_a_workdir(tmp_path, capsys):
     out = tmp_path / "figures"
     assert main(["figures", "--workdir", FIXTURE, "--out", str(out)]) == 0

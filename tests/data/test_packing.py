@@ -29,6 +29,7 @@ def test_packed_batch_gives_the_unpacked_per_sentence_loss():
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.int32),
                         np.zeros((1, 4), np.int32))
     apply = jax.jit(model.apply)
+    loss = jax.jit(lambda *a: smoothed_cross_entropy(*a, 0.1)["loss"])
     pad = lambda x: np.pad(x, (0, 24 - x.size))[None]  # one shape: one compilation
     placed = []
     for batch in it:
@@ -40,11 +41,12 @@ def test_packed_batch_gives_the_unpacked_per_sentence_loss():
                 s_tok = batch["inputs"][r][batch["inputs_segmentation"][r] == seg]
                 t_mask = batch["targets_segmentation"][r] == seg
                 t_tok = batch["targets"][r][t_mask]
-                packed = smoothed_cross_entropy(logits[r][t_mask][None], t_tok[None],
-                                                np.ones((1, t_tok.size)), 0.1)
-                alone = smoothed_cross_entropy(apply(params, pad(s_tok), pad(t_tok)), pad(t_tok),
-                                               pad(np.ones(t_tok.size)), 0.1)
-                np.testing.assert_allclose(packed["loss"], alone["loss"], rtol=1e-5, atol=1e-5)
+                # the segment's positions of the packed row, weighted alone (one shape)
+                packed = loss(logits[r][None], batch["targets"][r][None],
+                              t_mask[None].astype(np.float32))
+                alone = loss(apply(params, pad(s_tok), pad(t_tok)), pad(t_tok),
+                             pad(np.ones(t_tok.size, np.float32)))
+                np.testing.assert_allclose(packed, alone, rtol=1e-5, atol=1e-5)
                 placed.append((tuple(s_tok), tuple(t_tok)))
     # every pair was packed exactly once: a pair placed twice (or lost) changes the multiset
     expected = [(tuple(s), tuple(t)) for s, t in zip(src, tgt)]

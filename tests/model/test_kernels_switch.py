@@ -63,18 +63,20 @@ def test_auto_resolves_by_platform():
         ModelConfig(kernels="fast")
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("variant, packed", [(v, False) for v in VARIANTS] + [(VARIANTS[0], True)]
+                         + [pytest.param(v, True, marks=pytest.mark.slow) for v in VARIANTS[1:]])
 def test_logits_loss_and_gradients_agree(variant, packed):
     cfg = dataclasses.replace(CFG, **variant)
     plain, cpu = pair(cfg)
     params, b = noised_params(cfg), batch(packed)
-    np.testing.assert_allclose(cpu.apply({"params": params}, **b),
-                               plain.apply({"params": params}, **b), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(jax.jit(cpu.apply)({"params": params}, **b),
+                               jax.jit(plain.apply)({"params": params}, **b), rtol=2e-5,
+                               atol=2e-5)
     results = []
     for model in (plain, cpu):
         loss_fn = make_loss_fn(model, label_smoothing=0.1, pad_id=PAD)
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, b, None)
+        (loss, metrics), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
+            params, b, None)
         results.append((loss, metrics, grads))
     (lp, mp, gp), (lc, mc, gc) = results
     np.testing.assert_allclose(lc, lp, rtol=1e-5)
@@ -113,6 +115,7 @@ def _train(kernels, steps=6):
     return jax.device_get(dp.get_state(state).params)
 
 
+@pytest.mark.slow
 def test_a_short_training_run_ends_with_the_same_parameters():
     """Six Adam steps (dropout off) from the same init: each parameter's total update
     agrees to 1% under both kernels. (Adam's normalisation passes rounding differences
@@ -145,7 +148,7 @@ class _Chars:
 
 
 @pytest.mark.parametrize("variant", [dict(), dict(norm="pre", tie_output=False)])
-@pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 3), ("beam", 4)])
+@pytest.mark.parametrize("method, beam", [("greedy", 1), pytest.param("beam", 3, marks=pytest.mark.slow), ("beam", 4)])
 def test_decoding_agrees(variant, method, beam):
     cfg = dataclasses.replace(CFG, max_len=24, **variant)
     params = noised_params(cfg, seed=3)

@@ -243,6 +243,7 @@ def test_features_project_to_the_logits(tie_output, norm):
     np.testing.assert_allclose(logits, model.apply(v, inputs, targets), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_features_initialises_the_same_parameters_as_call():
     cfg = dataclasses.replace(CFG, tie_output=False)
     inputs, targets = make_batch()

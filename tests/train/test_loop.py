@@ -70,6 +70,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, shared_vocab):
     assert cfg["model"]["vocab_size"] == 400 and cfg["model"]["pad_id"] == 0
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "nan", shared_vocab)
     train_lib.train(tiny_config(num_steps=10), w)
@@ -81,6 +82,7 @@ def test_nonfinite_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, s
     assert_trees_equal(good, restore_params(checkpoint_dir(w)))
 
 
+@pytest.mark.slow
 def test_pmap_and_shard_map_jobs_train_and_evaluate_alike(tmp_path, shared_vocab):
     # Periodic (step 2) and final (step 3) evaluations run the compiled eval step on the
     # parameters of each layout; pmap once passed an un-stacked copy and crashed.
@@ -226,6 +228,7 @@ def test_train_and_evaluate_logs_periodic_and_final_figures(tmp_path, shared_voc
     assert not [t for t in scalars if not t.startswith(("train/", "eval/"))]
 
 
+@pytest.mark.slow
 def test_resume_with_another_architecture_is_refused_naming_each_field(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "arch", shared_vocab)
     train_lib.train(tiny_config(num_steps=2), w)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 HERE = os.path.dirname(__file__)
 
@@ -17,6 +18,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_process_with_the_same_global_batch(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

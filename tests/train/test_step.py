@@ -58,6 +58,7 @@ def assert_trees_close(a, b, atol):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_shard_map_and_pmap_give_same_parameters():
     devices = jax.devices()
     assert len(devices) == 8
@@ -116,7 +117,7 @@ def test_nonfinite_loss_leaves_state_untouched():
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
 
 
-@pytest.mark.parametrize("devices", [1, 4])
+@pytest.mark.parametrize("devices", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_sgd_step_applies_the_gradient_of_the_token_mean_loss(devices):
     """With plain SGD (no Adam to cancel a constant factor), one step moves the
     parameters by -lr times the gradient of the global batch's summed loss divided by its
