@@ -65,6 +65,7 @@ def fake_pretrained(path, config, vocab):
     return params
 
 
+@pytest.mark.slow  # trains, then resumes: about a minute on 2 shared cores
 def test_pretraining_logs_mlm_and_nsp_and_resumes_exactly(tmp_path):
     full = str(tmp_path / "full")
     final = train_lib.train_and_evaluate(tiny_bert_config(num_steps=20), full)
@@ -109,7 +110,8 @@ def pretrain_batch(rows=16):
     return next(EpochIterator(src, EpochOptions(batch_size=rows)))
 
 
-@pytest.mark.parametrize("devices, accum", [(8, 1), (2, 2), (1, 4)])
+@pytest.mark.parametrize("devices, accum", [
+    (8, 1), (1, 4), pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_pretraining_step_is_exact_over_devices_and_accumulation(devices, accum):
     """MLM and NSP are each averaged over the global batch whatever the split."""
     cfg = from_config_dict(tiny_bert_config().to_dict(), vocab_size=53)
