@@ -11,7 +11,18 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from jformer.units import parse_bytes
+from jformer.config_fields import JAX_SEED_LIMIT  # noqa: F401 (re-exported)
+from jformer.config_fields import ConfigError  # noqa: F401 (re-exported)
+from jformer.config_fields import check as _check
+from jformer.config_fields import check_choice as _check_choice
+from jformer.config_fields import check_number as _check_number
+from jformer.config_fields import check_positive as _check_positive
+from jformer.config_fields import check_rate as _check_rate
+from jformer.config_fields import check_seed as _check_seed
+from jformer.config_fields import is_int as _is_int
+from jformer.config_fields import is_number as _is_number
+from jformer.encoder_config import BertConfig, FinetuneConfig, PretrainConfig, TaskConfig
+from jformer.units import parse_bytes  # noqa: F401 (re-exported)
 
 POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
 NORM_KINDS = ("post", "pre")
@@ -19,7 +30,9 @@ ACTIVATIONS = ("relu", "gelu", "gelu_exact", "swish")
 DECODER_STARTS = ("bos", "pad")
 VOCABS = ("shared", "separate")
 DTYPES = ("float32", "bfloat16")
+SCHEDULES = ("rsqrt", "linear")
 KERNELS = ("auto", "plain", "cpu")
+OVERLONG_POLICIES = ("split", "truncate", "error")
 
 
 def resolve_kernels(kernels: str, platform: str | None = None) -> str:
@@ -32,55 +45,6 @@ def resolve_kernels(kernels: str, platform: str | None = None) -> str:
 
         platform = jax.default_backend()
     return "cpu" if platform == "cpu" else "plain"
-OVERLONG_POLICIES = ("split", "truncate", "error")
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field."""
-
-
-def _check(cond: bool, field: str, expected: str, got: Any) -> None:
-    if not cond:
-        raise ConfigError(f"config field {field!r}: expected {expected}; got {got!r}")
-
-
-def _is_number(value: Any) -> bool:
-    """A finite int or float (not a bool, a string, NaN or an infinity)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_rate(section: str, name: str, value: float) -> None:
-    _check(_is_number(value) and 0.0 <= value < 1.0, f"{section}.{name}", "a rate in [0, 1)",
-           value)
-
-
-def _check_number(section: str, name: str, value: float, low: float, *,
-                  strict: bool = False, note: str = "") -> None:
-    """value is a finite number >= low (> low when strict)."""
-    ok = _is_number(value) and (value > low if strict else value >= low)
-    _check(ok, f"{section}.{name}", f"a finite number {'>' if strict else '>='} {low}{note}",
-           value)
-
-
-JAX_SEED_LIMIT = 2 ** 32  # jax.random.key keeps 32 bits: a larger seed repeats a smaller one
-
-
-def _check_seed(section: str, name: str, value: int, limit: int = 2 ** 63) -> None:
-    _check(_is_int(value) and 0 <= value < limit, f"{section}.{name}",
-           f"an int in [0, 2**{limit.bit_length() - 1})", value)
-
-
-def _check_choice(section: str, name: str, value: str, choices: tuple[str, ...]) -> None:
-    _check(value in choices, f"{section}.{name}", f"one of {choices}", value)
-
-
-def _check_positive(section: str, name: str, value: int) -> None:
-    _check(isinstance(value, int) and value > 0, f"{section}.{name}", "a positive int", value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,11 +189,14 @@ class TrainConfig:
     num_steps: int = 100_000  # paper 5.2: 100k steps for base
     max_minutes: float = 0.0  # wall-clock budget per run of train() (0: none); stops early
     warmup_steps: int = 4000  # paper 5.3
+    schedule: str = "rsqrt"  # rsqrt (paper eq. 3) | linear (BERT: warm-up, then linear to 0)
     learning_rate_scale: float = 1.0  # multiplies d_model^-0.5 * min(...) (paper eq. 3)
+    learning_rate: float = 1e-4  # peak rate of the linear schedule (BERT 1e-4); rsqrt: unused
     adam_b1: float = 0.9  # paper 5.3
     adam_b2: float = 0.98  # paper 5.3
     adam_eps: float = 1e-9  # paper 5.3
     weight_decay: float = 0.0
+    weight_decay_mask: str = "all"  # all | kernels (BERT: no decay of biases and LayerNorms)
     label_smoothing: float = 0.1  # paper 5.4
     grad_clip_norm: float = 0.0  # 0: no clipping
     accum_steps: int = 1  # gradient accumulation micro-batches per update
@@ -256,6 +223,9 @@ class TrainConfig:
         _check_number(s, "max_minutes", self.max_minutes, 0, note=" (0: no budget)")
         _check_rate(s, "label_smoothing", self.label_smoothing)
         _check_choice(s, "parallelism", self.parallelism, ("shard_map", "pmap"))
+        _check_choice(s, "schedule", self.schedule, SCHEDULES)
+        _check_choice(s, "weight_decay_mask", self.weight_decay_mask, ("all", "kernels"))
+        _check_number(s, "learning_rate", self.learning_rate, 0, strict=True)
         _check_choice(s, "compute_dtype", self.compute_dtype, DTYPES)
         _check_number(s, "learning_rate_scale", self.learning_rate_scale, 0, strict=True)
         _check(_is_int(self.process_id) and 0 <= self.process_id < self.num_processes,
@@ -324,10 +294,18 @@ class Config:
     data: DataConfig
     train: TrainConfig
     decode: DecodeConfig
+    # Encoder pretraining and fine-tuning (and task.init_from for translation); optional:
+    # config.json files of translation runs have none of them.
+    task: TaskConfig = TaskConfig()
+    bert: BertConfig = BertConfig()
+    pretrain: PretrainConfig = PretrainConfig()
+    finetune: FinetuneConfig = FinetuneConfig()
 
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
-             "decode": DecodeConfig}
+             "decode": DecodeConfig, "task": TaskConfig, "bert": BertConfig,
+             "pretrain": PretrainConfig, "finetune": FinetuneConfig}
+_OPTIONAL_SECTIONS = ("task", "bert", "pretrain", "finetune")
 
 
 def _build(section: str, cls: type, values: Mapping[str, Any]) -> Any:
@@ -399,5 +377,13 @@ def check_coordinator(t: TrainConfig) -> None:
 
 
 def to_dict(config: Config) -> dict[str, Any]:
-    """Plain nested dict of a :class:`Config` (for writing next to checkpoints)."""
-    return dataclasses.asdict(config)
+    """Plain nested dict of a :class:`Config` (for writing next to checkpoints).
+
+    A translation run leaves out the encoder-pretraining sections that hold their
+    defaults, so its config.json is what it was before they existed."""
+    out = dataclasses.asdict(config)
+    if config.task.kind == "translation":
+        for name in _OPTIONAL_SECTIONS:
+            if getattr(config, name) == _SECTIONS[name]():
+                del out[name]
+    return out

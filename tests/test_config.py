@@ -169,6 +169,29 @@ def test_boundary_values_are_accepted(section, field, value):
     check_training_config(from_config_dict(c))
 
 
+def test_translation_config_json_keeps_its_sections_and_encoder_sections_round_trip(tmp_path):
+    from configs import bert_demo, bert_multi30k_bitext
+    from jformer import files
+    from jformer.config import to_dict
+
+    assert set(to_dict(from_config_dict(demo.get_config()))) == {"model", "data", "train",
+                                                                  "decode"}
+    for module in (bert_demo, bert_multi30k_bitext):
+        cfg = from_config_dict(module.get_config())
+        files.write_config(tmp_path, cfg)
+        assert files.load_config(tmp_path) == cfg
+    assert cfg.task.kind == "classify" and cfg.pretrain.train_files[1].endswith("train.de")
+    c = bert_demo.get_config()
+    c.pretrain.masked_lm_prob = 1.0
+    with pytest.raises(ConfigError, match=r"'pretrain.masked_lm_prob': expected a rate in "
+                                          r"\(0, 1\); got 1.0"):
+        from_config_dict(c)
+    c = bert_demo.get_config()
+    c.task.kind = "mlm"
+    with pytest.raises(ConfigError, match="'task.kind': expected one of"):
+        from_config_dict(c)
+
+
 def test_decode_sections_of_older_runs_keep_their_overlong_policy():
     """config.json files written before decode.overlong had "split" (and before
     decode.memory_limit) load with the policy they name."""

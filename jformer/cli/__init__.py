@@ -11,6 +11,7 @@
     jformer export ctranslate2 --workdir runs/demo --out DIR [--quantization int8]
     jformer export jax --workdir runs/demo --out DIR [--buckets 16,32] [--platforms cpu,cuda]
     jformer import marian opus-mt-en-de --workdir runs/en-de   (Hugging Face Marian, OPUS-MT)
+    jformer predict --workdir runs/bert_demo_tag [--scores] < in > out   (a fine-tuned encoder)
 
 Each subcommand is a module of this package with ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args)``; :data:`SUBCOMMANDS` lists them. Modules
@@ -30,7 +31,7 @@ from typing import Sequence
 
 EXIT_ERROR = 1
 SUBCOMMANDS = ("translate", "evaluate", "attention", "figures", "average", "curves",
-               "memory", "serve", "export", "import_marian")
+               "memory", "serve", "export", "import_marian", "predict")
 
 
 def _modules():
@@ -40,7 +41,8 @@ def _modules():
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jformer", description="Transformer translation "
                                      "in JAX: translate, evaluate, inspect, average, "
-                                     "size up memory, serve, export, import.")
+                                     "size up memory, serve, export, import; run a "
+                                     "fine-tuned encoder (predict).")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _modules():
         p = sub.add_parser(module.NAME, help=module.HELP)

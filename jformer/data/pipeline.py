@@ -46,7 +46,9 @@ class DataSplit:
 
 
 def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
-                            train_pairs: list[sources.Pair] | None = None) -> Tokenizer:
+                            train_pairs: list[sources.Pair] | None = None, *,
+                            sentences: list[str] | None = None,
+                            user_defined_symbols: tuple[str, ...] = ()) -> Tokenizer:
     """Loads data.vocab_path or <workdir>/spm.model; trains the latter if absent.
 
     train_pairs: the train split, if the caller has it already (else it is loaded to
@@ -56,6 +58,9 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
     With data.vocab="separate", the same for source.spm, target.spm and vocab.json, but
     files without a record (an imported model's, ``jformer import marian``) are taken
     as they are.
+    sentences: learn from these instead of both sides of the pairs (encoder pretraining:
+    the sentences of its documents); user_defined_symbols: pieces of their own (BERT's
+    [CLS], [SEP], [MASK]), part of the record (shared vocabularies only).
     """
     if data_cfg.vocab_path:
         tokenizer = Tokenizer.load(data_cfg.vocab_path)  # FileNotFoundError names the path
@@ -68,9 +73,14 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
                 "target.spm and vocab.json is separate; a sentencepiece model file shared)")
         return tokenizer
     if data_cfg.vocab == "separate":
+        if sentences is not None or user_defined_symbols:
+            raise ValueError("data.vocab='separate' learns from translation pairs; encoder "
+                             "pretraining needs data.vocab='shared'")
         return _load_or_train_separate(data_cfg, workdir, train_pairs)
     path = tokenizer_path(data_cfg, workdir)
     record_path = os.path.join(os.path.dirname(path), SPM_RECORD)
+    if sentences is None and train_pairs is not None:
+        sentences = _sentences(train_pairs)
     if os.path.isfile(path):
         tokenizer = Tokenizer.load(path)
         if tokenizer.vocab_size != data_cfg.vocab_size:  # learned under other settings
@@ -79,19 +89,20 @@ def load_or_train_tokenizer(data_cfg: DataConfig, workdir: str,
                 f"{data_cfg.vocab_size}: it was learned for another config. Use another "
                 f"workdir, delete it to learn a new one, or set "
                 f"--config.data.vocab_size={tokenizer.vocab_size}")
-        if train_pairs is not None and os.path.isfile(record_path):
-            _check_record(path, record_path, _record(data_cfg, _sentences(train_pairs)))
+        if sentences is not None and os.path.isfile(record_path):
+            _check_record(path, record_path,
+                          _record(data_cfg, sentences, user_defined_symbols))
         return tokenizer
-    if train_pairs is None:
-        train_pairs = sources.load_split(data_cfg, "train")
-    sentences = _sentences(train_pairs)
+    if sentences is None:
+        sentences = _sentences(sources.load_split(data_cfg, "train"))
     # The record first: a crash before the model is written leaves no model to misjudge.
-    write_atomically(record_path,
-                     (json.dumps(_record(data_cfg, sentences), indent=1) + "\n").encode())
+    record = _record(data_cfg, sentences, user_defined_symbols)
+    write_atomically(record_path, (json.dumps(record, indent=1) + "\n").encode())
     return Tokenizer.train(sentences, path.removesuffix(".model"),
                            data_cfg.vocab_size, model_type=data_cfg.vocab_model_type,
                            character_coverage=data_cfg.vocab_character_coverage,
-                           sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
+                           sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed,
+                           user_defined_symbols=user_defined_symbols)
 
 
 def _load_or_train_separate(data_cfg: DataConfig, workdir: str,
@@ -129,16 +140,20 @@ def _separate_record(data_cfg: DataConfig, pairs: list[sources.Pair]) -> dict:
             for i, side in enumerate(("source", "target"))}
 
 
-def _record(data_cfg: DataConfig, sentences: list[str]) -> dict:
+def _record(data_cfg: DataConfig, sentences: list[str],
+            user_defined_symbols: tuple[str, ...] = ()) -> dict:
     return training_record(sentences, data_cfg.vocab_size,
                            model_type=data_cfg.vocab_model_type,
                            character_coverage=data_cfg.vocab_character_coverage,
-                           sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed)
+                           sample_size=data_cfg.vocab_sample_size, seed=data_cfg.seed,
+                           user_defined_symbols=user_defined_symbols)
 
 
 # record key -> how a user names it
 _RECORD_NAMES = {"vocab_size": "data.vocab_size", "model_type": "data.vocab_model_type",
-                 "character_coverage": "data.vocab_character_coverage"}
+                 "character_coverage": "data.vocab_character_coverage",
+                 "user_defined_symbols": "special pieces"}
+_SYMBOLS = "user_defined_symbols"  # recorded only when a model has some
 
 
 def _check_record(model_path: str, record_path: str, now: dict,
@@ -149,9 +164,10 @@ def _check_record(model_path: str, record_path: str, now: dict,
     try:
         with open(record_path, encoding="utf-8") as f:
             saved = json.load(f)
-        if not isinstance(saved, dict) or set(saved) != set(now) or (sides and not all(
-                isinstance(saved[k], dict) and set(saved[k]) == set(now[k]) for k in sides)):
-            raise ValueError(f"expected the keys {sorted(now)}")
+        keys = lambda record: set(record) - {_SYMBOLS}  # noqa: E731
+        if not isinstance(saved, dict) or keys(saved) != keys(now) or (sides and not all(
+                isinstance(saved[k], dict) and keys(saved[k]) == keys(now[k]) for k in sides)):
+            raise ValueError(f"expected the keys {sorted(keys(now))}")
     except (OSError, ValueError) as e:
         raise ValueError(f"{record_path}: not a readable tokenizer record ({e}); delete it "
                          f"to reuse {model_path} unchecked, or delete both to learn a new "
@@ -169,6 +185,7 @@ def _check_record(model_path: str, record_path: str, now: dict,
 
 def _record_diffs(saved: dict, now: dict) -> list[str]:
     """What differs between two records of :func:`_record`, in config terms."""
+    saved, now = {_SYMBOLS: [], **saved}, {_SYMBOLS: [], **now}
     diffs = [f"{name} {saved[key]!r} -> {now[key]!r}" for key, name in _RECORD_NAMES.items()
              if saved[key] != now[key]]
     if (saved["sentences"], saved["sha256"]) != (now["sentences"], now["sha256"]):

@@ -34,6 +34,7 @@ from jformer.data.joint_vocab import SIDES, JointVocab
 from jformer.files import write_atomically
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # used only when training a model
+WORD_START = "\u2581"  # sentencepiece's marker of a piece that begins a word
 NUM_BYTE_PIECES = 256
 NUM_SPECIAL = 4
 MODEL_TYPES = ("bpe", "unigram")
@@ -56,20 +57,24 @@ def _sample(sentences: Sequence[str], sample_size: int, seed: int) -> list[str]:
 
 def training_record(sentences: Sequence[str], vocab_size: int, model_type: str = "bpe",
                     character_coverage: float = 1.0, sample_size: int = 1_000_000,
-                    seed: int = 0) -> dict:
+                    seed: int = 0, user_defined_symbols: Sequence[str] = ()) -> dict:
     """What :meth:`Tokenizer.train` with these arguments learns from: its settings, the
     number of sentences it draws and their SHA-256. Training is deterministic, so equal
     records mean the same model; a saved record tells whether an existing model was
-    learned from the corpus and settings at hand."""
+    learned from the corpus and settings at hand. ``user_defined_symbols`` are recorded
+    only when there are some (records of models without them keep their keys)."""
     corpus = _sample(list(sentences), sample_size, seed)
     digest = hashlib.sha256()
     for sentence in corpus:  # length-prefixed: sentences may hold any character
         data = sentence.encode("utf-8")
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
-    return {"vocab_size": vocab_size, "model_type": model_type,
-            "character_coverage": float(character_coverage), "sentences": len(corpus),
-            "sha256": digest.hexdigest()}
+    record = {"vocab_size": vocab_size, "model_type": model_type,
+              "character_coverage": float(character_coverage), "sentences": len(corpus),
+              "sha256": digest.hexdigest()}
+    if user_defined_symbols:
+        record["user_defined_symbols"] = list(user_defined_symbols)
+    return record
 
 
 class Tokenizer:
@@ -107,9 +112,14 @@ class Tokenizer:
     def train(cls, sentences: Iterable[str], model_prefix: str | os.PathLike,
               vocab_size: int, model_type: str = "bpe", character_coverage: float = 1.0,
               sample_size: int = 1_000_000, seed: int = 0, hard_vocab_limit: bool = True,
-              num_threads: int | None = None, suffix: str = ".model") -> "Tokenizer":
+              num_threads: int | None = None, suffix: str = ".model",
+              user_defined_symbols: Sequence[str] = ()) -> "Tokenizer":
         """Trains a model on ``sentences`` and writes ``<model_prefix><suffix>`` and
         ``<model_prefix>.vocab`` (its pieces and scores, for reading).
+
+        ``user_defined_symbols`` (e.g. BERT's ``[CLS]``, ``[SEP]``, ``[MASK]``) become
+        pieces of their own, right after the four special ids (ids 4, 5, ...); text
+        holding one encodes to it.
 
         Deterministic (the same bytes for the same input): at most ``sample_size`` sentences
         are drawn with ``seed`` (kept in corpus order) and fed in memory through
@@ -119,11 +129,13 @@ class Tokenizer:
         """
         if model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}; got {model_type!r}")
-        min_size = NUM_BYTE_PIECES + NUM_SPECIAL + 1
+        user_defined_symbols = list(user_defined_symbols)
+        special = NUM_SPECIAL + len(user_defined_symbols)
+        min_size = NUM_BYTE_PIECES + special + 1
         if not isinstance(vocab_size, int) or vocab_size < min_size:
             raise ValueError(
                 f"vocab_size must be >= {min_size} with byte fallback ({NUM_BYTE_PIECES} byte "
-                f"pieces + {NUM_SPECIAL} special ids + the corpus characters); got {vocab_size!r}")
+                f"pieces + {special} special ids + the corpus characters); got {vocab_size!r}")
         if not 0.0 < character_coverage <= 1.0:
             raise ValueError(f"character_coverage must be in (0, 1]; got {character_coverage}")
         corpus = _sample(list(sentences), sample_size, seed)
@@ -131,7 +143,8 @@ class Tokenizer:
             raise ValueError("cannot train a tokenizer on an empty corpus (no non-empty "
                              "sentences)")
         model_bytes = _run_trainer(corpus, vocab_size, model_type, character_coverage, seed,
-                                   hard_vocab_limit, num_threads or _default_threads())
+                                   hard_vocab_limit, num_threads or _default_threads(),
+                                   user_defined_symbols)
         model_prefix = os.fspath(model_prefix)
         write_atomically(model_prefix + suffix, model_bytes)
         tokenizer = cls.load(model_prefix + suffix)
@@ -201,6 +214,48 @@ class Tokenizer:
 
     def id_to_piece(self, i: int) -> str:
         return self._joint.pieces[int(i)] if self._joint else self._sp.IdToPiece(int(i))
+
+    def piece_to_id(self, piece: str) -> int:
+        """The id of ``piece``; ValueError if the vocabulary has no such piece."""
+        i = self._sp.PieceToId(piece)
+        if i == self.unk_id and piece != self.id_to_piece(self.unk_id):
+            raise ValueError(f"sentencepiece model {self.path or '<memory>'} has no piece "
+                             f"{piece!r}")
+        return i
+
+    def ordinary_ids(self, exclude: Sequence[int] = ()) -> np.ndarray:
+        """int32 ids of the pieces text is made of: not control, unknown, unused or byte
+        pieces, nor the ids in ``exclude`` (e.g. user-defined specials)."""
+        sp, skip = self._sp, set(int(i) for i in exclude)
+        return np.asarray([i for i in range(self.vocab_size) if i not in skip and not (
+            sp.IsControl(i) or sp.IsUnknown(i) or sp.IsUnused(i) or sp.IsByte(i))], np.int32)
+
+    def word_starts(self) -> np.ndarray:
+        """bool [vocab]: the piece begins a word (it starts with sentencepiece's U+2581
+        marker); the other pieces continue the word before them."""
+        return np.asarray([self._sp.IdToPiece(i).startswith(WORD_START)
+                           for i in range(self.vocab_size)])
+
+    def encode_with_offsets(self, texts: Sequence[str]
+                            ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per text: (ids int32 [n], begin int32 [n], end int32 [n]) without EOS, where
+        ``text[begin[i]:end[i]]`` is the text piece i stands for (character offsets; a
+        word-start marker alone, or a byte piece of a character split over several, may
+        cover no characters: begin == end)."""
+        if isinstance(texts, str):
+            raise ValueError("texts must be a sequence of strings, not one string")
+        out = []
+        for text, proto in zip(texts, self._sp.Encode(list(texts), return_type="proto")):
+            # sentencepiece gives UTF-8 byte offsets; char_at[b] is the character at byte b.
+            data = text.encode("utf-8")
+            char_at = np.cumsum([0] + [(b & 0xC0) != 0x80 for b in data])[:-1] \
+                if data else np.zeros(0, np.int64)
+            char_at = np.append(char_at, len(text))
+            pieces = proto.pieces
+            out.append((np.asarray([p.id for p in pieces], np.int32),
+                        np.asarray([char_at[p.begin] for p in pieces], np.int32),
+                        np.asarray([char_at[p.end] for p in pieces], np.int32)))
+        return out
 
     # ------------------------------------------------------------------ encode / decode
     def encode(self, texts: Sequence[str], add_eos: bool = True,
@@ -276,7 +331,7 @@ def _row(ids: Sequence[int] | np.ndarray) -> np.ndarray:
 
 def _run_trainer(corpus: list[str], vocab_size: int, model_type: str,
                  character_coverage: float, seed: int, hard_vocab_limit: bool,
-                 num_threads: int) -> bytes:
+                 num_threads: int, user_defined_symbols: Sequence[str] = ()) -> bytes:
     """Runs SentencePieceTrainer in memory (no path ends up inside the model, so equal
     inputs give equal bytes); turns its capacity errors into clear ValueErrors."""
     spm.set_random_generator_seed(seed)
@@ -288,6 +343,7 @@ def _run_trainer(corpus: list[str], vocab_size: int, model_type: str,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, byte_fallback=True,
             input_sentence_size=0, shuffle_input_sentence=False,
             hard_vocab_limit=hard_vocab_limit, num_threads=num_threads,
+            user_defined_symbols=list(user_defined_symbols),
             # Long lines (TSV dumps, documents) would otherwise be skipped silently.
             max_sentence_length=1 << 16, minloglevel=2)
     except RuntimeError as e:

@@ -15,8 +15,9 @@ def host_params(params):
     """One host copy of replicated (possibly multi-process) parameters, as numpy."""
     return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), params)
 
-def evaluate_loss(job, params) -> dict[str, float]:
-    """Validation loss (label-smoothed), token-level NLL and perplexity.
+def eval_sums(job, params, batches=None) -> dict[str, float]:
+    """The compiled eval step's metric sums over ``batches`` (default: one pass of the
+    validation split).
 
     params: one copy, as ``job.dp.get_state`` gives it; placed here once in the layout
     the compiled eval step takes (per-device copies stacked under pmap; under shard_map
@@ -24,10 +25,16 @@ def evaluate_loss(job, params) -> dict[str, float]:
     """
     params = job.dp.put_state(params)
     totals: dict[str, float] = {}
-    for batch in job.eval_data.batches.epoch_batches(0):
+    for batch in job.eval_data.batches.epoch_batches(0) if batches is None else batches:
         _, m = job.eval_step(params, job.dp.put_batch(batch))
         for k, v in job.dp.get_metrics(m).items():
             totals[k] = totals.get(k, 0.0) + v
+    return totals
+
+def evaluate_loss(job, params) -> dict[str, float]:
+    """Validation loss (label-smoothed), token-level NLL and perplexity (params: one
+    copy, as ``job.dp.get_state`` gives it)."""
+    totals = eval_sums(job, params)
     tokens = max(totals.get("tokens", 0.0), 1.0)
     nll = totals.get("nll", 0.0) / tokens
     return {"loss": totals.get("loss", 0.0) / tokens, "nll": nll,

@@ -1,9 +1,12 @@
 """The training job: ``train_and_evaluate(config_dict, workdir)`` reads like its table of contents.
 
 Data (tokenizer + resumable batches) -> model and optimiser -> data-parallel step over a
-``('data',)`` mesh -> loop with progress, periodic validation (loss, perplexity, BLEU,
-chrF), TensorBoard scalars and orbax checkpoints (state + data position) -> final BLEU
-and sample translations. Only process 0 logs, writes summaries and the run config.
+``('data',)`` mesh -> loop with progress, periodic validation (translation: loss,
+perplexity, BLEU, chrF), TensorBoard scalars and orbax checkpoints (state + data
+position) -> final figures (translation: BLEU and sample translations). What depends on
+the kind of training (``task.kind``: translation, encoder pretraining, fine-tuning) is
+the job's :class:`~jformer.train.tasks.Task`. Only process 0 logs, writes summaries and
+the run config.
 """
 from __future__ import annotations
 
@@ -18,17 +21,15 @@ import jax
 from jformer import config as config_lib
 from jformer import files
 from jformer.checkpoint import Checkpointer
-from jformer.data.pipeline import DataSplit, build_pipeline
-from jformer.model import Transformer
-from jformer.train.config_checks import check_resume_config, resolve_config, validate_config
-from jformer.train.evaluation import evaluate
+from jformer.train import bert_tasks, finetune_task
 from jformer.train.progress import Progress
 from jformer.train.run_control import (Budget, StopRequest, TrainingInterrupted, check_finite,
                                        workdir_lock)
 from jformer.train.schedules import make_optimizer
 from jformer.train.sharding import DataParallel
 from jformer.mesh import make_mesh
-from jformer.train.step import TrainState, create_train_state, make_eval_step, make_train_step
+from jformer.train.step import TrainState, create_train_state
+from jformer.train.tasks import Task, TranslationTask
 
 _log = logging.getLogger(__name__)
 
@@ -39,37 +40,41 @@ class Job:
 
     cfg: config_lib.Config
     workdir: str
-    train_data: DataSplit
-    eval_data: DataSplit
-    model: Transformer
+    train_data: Any  # a DataSplit for translation: .tokenizer and resumable .batches
+    eval_data: Any
+    model: Any  # a Transformer for translation, a Bert for the encoder tasks
     dp: DataParallel
     train_step: Any
     eval_step: Any
     schedule: Any
+    task: Task = dataclasses.field(default_factory=TranslationTask)
     start_time: float = dataclasses.field(default_factory=time.monotonic)
+
+def task_for(raw: Mapping[str, Any]) -> Task:
+    """The Task of ``task.kind`` (validated: a ConfigError names a bad one)."""
+    kind = config_lib.from_config_dict({"task": dict(raw.get("task", {}))}).task.kind
+    if kind == "translation":
+        return TranslationTask()
+    return bert_tasks.PretrainTask() if kind == "pretrain" else finetune_task.FinetuneTask(kind)
 
 def build_job(raw: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]:
     """Data, model, optimiser and compiled steps; the initial (unplaced) train state."""
     raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
-    early = validate_config(raw)  # config errors before any data work (ids set below)
-    data_cfg = early.data
+    task = task_for(raw)
+    early = task.validate(raw)  # config errors before any data work (ids set below)
     shard = dict(num_devices=jax.device_count(), shard_index=jax.process_index(),
                  num_shards=jax.process_count())
-    train_data = build_pipeline(data_cfg, workdir, "train",
-                                accum_steps=early.train.accum_steps, **shard)
-    eval_data = build_pipeline(data_cfg, workdir, "eval", tokenizer=train_data.tokenizer, **shard)
-    cfg = resolve_config(raw, train_data)
-    model = Transformer(cfg.model)
+    built = task.build(raw, early, workdir, shard, early.train.accum_steps)
+    cfg = built.cfg
     tx, schedule = make_optimizer(cfg.train, cfg.model.d_model)
     dp = DataParallel(make_mesh(), cfg.train.parallelism)
-    train_step = dp.compile(make_train_step(
-        model, tx, label_smoothing=cfg.train.label_smoothing, pad_id=cfg.model.pad_id,
-        accum_steps=cfg.train.accum_steps, schedule=schedule))
-    eval_step = dp.compile(make_eval_step(model, label_smoothing=cfg.train.label_smoothing,
-                                          pad_id=cfg.model.pad_id), donate_state=False)
-    example = next(train_data.batches.epoch_batches(0))
-    state = create_train_state(model, tx, cfg.train.seed, example)
-    job = Job(cfg, workdir, train_data, eval_data, model, dp, train_step, eval_step, schedule)
+    job = Job(cfg, workdir, built.train_data, built.eval_data, built.model, dp, None, None,
+              schedule, task)
+    job.train_step = dp.compile(task.train_step(job, tx, schedule))
+    job.eval_step = dp.compile(task.eval_step(job), donate_state=False)
+    example = next(built.train_data.batches.epoch_batches(0))
+    state = create_train_state(built.model, tx, cfg.train.seed, example,
+                               init_fn=lambda rng, batch: task.init_params(job, rng, batch))
     return job, state
 
 def restore_or_init(job: Job, ckpt: Checkpointer, state: TrainState) -> TrainState:
@@ -103,14 +108,15 @@ def _train(raw_config: Mapping[str, Any], workdir: str,
     """:func:`train`, plus the final evaluation when asked (see :func:`run_loop`)."""
     start = time.monotonic()  # train.max_minutes counts from here: data, compile, steps, evals
     raw = raw_config.to_dict() if hasattr(raw_config, "to_dict") else dict(raw_config)
-    early = validate_config(raw)
+    task = task_for(raw)
+    early = task.validate(raw)
     os.makedirs(workdir, exist_ok=True)
     tcfg = early.train
     with workdir_lock(workdir), Checkpointer(
             files.checkpoint_dir(workdir), keep=tcfg.keep_checkpoints,
             save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints) as ckpt:
         if ckpt.latest_step() is not None:
-            check_resume_config(workdir, early.model)  # before any data work
+            task.check_resume(workdir, early)  # before any data work
         job, state = build_job(raw, workdir)
         job.start_time = start
         state = job.dp.put_state(restore_or_init(job, ckpt, state))
@@ -135,14 +141,15 @@ def run_loop(job: Job, state, ckpt: Checkpointer, *,
     budget = Budget(job.start_time, tcfg.max_minutes, check_every=tcfg.log_every)
     step = int(job.dp.get_state(state).step)
     progress = Progress(job.workdir, start_step=step, num_steps=tcfg.num_steps,
-                        start_time=job.start_time, budget_s=budget.seconds)
+                        start_time=job.start_time, budget_s=budget.seconds,
+                        throughput=job.task.throughput)
     try:
         with StopRequest() as stop:
             state = _steps(job, state, ckpt, progress, budget, stop)
         step = int(job.dp.get_state(state).step)
         final = None
         if final_eval:
-            final = {"step": step, **evaluate(job, job.dp.get_state(state).params, num_samples=5)}
+            final = {"step": step, **job.task.final(job, job.dp.get_state(state).params)}
             progress.evaluate(step, final, kind="final")
     finally:
         progress.close()
@@ -163,7 +170,7 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
         state, metrics = job.train_step(state, job.dp.put_batch(batch))
         pending.append(metrics)
         if first:  # it compiled the step: tokens/s is timed from its end (one host sync)
-            progress.compiled(_sum_metrics(job.dp, [metrics]).get("tokens", 0.0))
+            progress.compiled(_sum_metrics(job.dp, [metrics]).get(progress.tokens_key, 0.0))
             first = False
         step += 1
         if budget.spent(step):
@@ -176,10 +183,10 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
             summed = _sum_metrics(job.dp, pending)
             pending = []
             check_finite(summed, step, ckpt)
-            progress.train(step, summed, job.schedule(step - 1))
+            progress.train(step, summed, job.schedule(step - 1), job.task.train_figures(summed))
         # the last step's evaluation is run_loop's final one (train_and_evaluate only)
         if step % tcfg.eval_every == 0 and step < last_step:
-            progress.evaluate(step, evaluate(job, job.dp.get_state(state).params))
+            progress.evaluate(step, job.task.evaluate(job, job.dp.get_state(state).params))
         if due_ckpt:
             ckpt.save(step, job.dp.get_state(state), batches.get_state(),
                       force=step == last_step)
@@ -197,13 +204,8 @@ def _sum_metrics(dp: DataParallel, pending: list) -> dict[str, float]:
     return totals
 
 def report(final: Mapping[str, Any]) -> None:
-    """Prints the final validation figures and sample translations (process 0)."""
+    """Prints the final figures (translation: validation loss, BLEU, chrF and sample
+    translations; the encoder tasks name themselves in ``final["task"]``), process 0."""
     if jax.process_index() != 0:
         return
-    print(f"\nfinal step {final['step']}: validation loss {final['loss']:.4f}, "
-          f"perplexity {final['perplexity']:.3f}")
-    if "bleu" in final:
-        print(f"validation BLEU {final['bleu']:.2f}  ({final['bleu_signature']})")
-        print(f"validation chrF {final['chrf']:.2f}  ({final['chrf_signature']})")
-    for src, hyp, ref in final.get("samples", []):
-        print(f"\n  source:      {src}\n  translation: {hyp}\n  reference:   {ref}")
+    task_for({"task": {"kind": final.get("task", "translation")}}).report(final)

@@ -41,8 +41,11 @@ class Progress:
     """Shows step, loss, target tokens/s, learning rate and time left; writes TensorBoard."""
 
     def __init__(self, workdir: str, *, start_step: int, num_steps: int,
-                 start_time: float | None = None, budget_s: float | None = None):
+                 start_time: float | None = None, budget_s: float | None = None,
+                 throughput: tuple[str, str] = ("tokens", "target_tokens_per_sec")):
+        """throughput: (the metric sum counted, the name of its rate per second)."""
         self.enabled = jax.process_index() == 0
+        self.tokens_key, self.throughput_name = throughput
         self.workdir = workdir
         self.start_step, self.num_steps = start_step, num_steps
         self.start_time = time.monotonic() if start_time is None else start_time
@@ -69,15 +72,17 @@ class Progress:
         self._t_last = time.perf_counter()
         self._untimed = (1.0, tokens)
 
-    def train(self, step: int, summed: Mapping[str, float], learning_rate: float) -> None:
-        """Per-interval training figures; ``summed`` are metric sums over the interval."""
+    def train(self, step: int, summed: Mapping[str, float], learning_rate: float,
+              extra: Mapping[str, float] | None = None) -> None:
+        """Per-interval training figures; ``summed`` are metric sums over the interval,
+        ``extra`` a task's own figures (e.g. MLM and NSP accuracy), recorded alongside."""
         if not self.enabled:
             return
         now = time.perf_counter()
         elapsed = max(now - self._t_last, 1e-9)
-        tokens = summed.get("tokens", 0.0)
-        loss = summed.get("loss", 0.0) / max(tokens, 1.0)
-        nll = summed.get("nll", 0.0) / max(tokens, 1.0)
+        loss = summed.get("loss", 0.0) / max(summed.get("tokens", 0.0), 1.0)
+        nll = summed.get("nll", 0.0) / max(summed.get("tokens", 0.0), 1.0)
+        tokens = summed.get(self.tokens_key, 0.0)
         (untimed_steps, untimed_tokens), self._untimed = self._untimed, (0.0, 0.0)
         timed_steps = summed["steps"] - untimed_steps
         # None: the interval was only the compiling step (log_every=1), nothing to time.
@@ -91,10 +96,10 @@ class Progress:
             postfix["budget_left"] = f"{int(left // 60)}:{int(left % 60):02d}"
         self._bar.set_postfix(**postfix, refresh=False)
         self._t_last, self._step_last = now, step
-        figures = dict(loss=loss, nll=nll, learning_rate=float(learning_rate))
+        figures = dict(loss=loss, nll=nll, learning_rate=float(learning_rate), **(extra or {}))
         if tok_per_s is not None:
-            figures.update(target_tokens_per_sec=tok_per_s,
-                           steps_per_sec=timed_steps / elapsed)
+            figures.update({self.throughput_name: tok_per_s,
+                            "steps_per_sec": timed_steps / elapsed})
         self._record("train", step, **figures)
         figures["grad_norm"] = summed.get("grad_norm", 0.0) / max(summed["steps"], 1)
         for name, value in figures.items():

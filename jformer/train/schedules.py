@@ -1,10 +1,12 @@
-"""The paper's learning-rate schedule and optimiser (paper 5.3), built from optax pieces."""
+"""Learning-rate schedules (the paper's, 5.3; BERT's) and the optimiser, from optax pieces."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import optax
 
 from jformer.config import TrainConfig
+from jformer.types import PyTree
 
 
 def rsqrt_schedule(d_model: int, warmup_steps: int, scale: float = 1.0) -> optax.Schedule:
@@ -22,11 +24,51 @@ def rsqrt_schedule(d_model: int, warmup_steps: int, scale: float = 1.0) -> optax
     return lambda count: joined(count + 1)
 
 
+def linear_schedule(peak: float, warmup_steps: int, num_steps: int) -> optax.Schedule:
+    """BERT's shape: a linear warm-up to ``peak`` over ``warmup_steps`` updates, then a
+    linear decay that reaches 0 after ``num_steps`` updates.
+
+    rate(count) = peak * min((count + 1) / warmup, (num_steps - count) / (num_steps -
+    warmup)), count = updates applied so far: the first update has a non-zero rate, the
+    peak is reached at the end of the warm-up (BERT's code decays from the first step,
+    so its rate after warm-up starts at peak * (1 - warmup / num_steps)) and the last
+    update's rate is peak / (num_steps - warmup).
+    """
+    warmup = max(int(warmup_steps), 0)
+    decay_steps = max(int(num_steps) - warmup, 1)
+
+    def schedule(count):
+        count = jnp.asarray(count, jnp.float32)
+        rate = (num_steps - count) / decay_steps
+        if warmup:
+            rate = jnp.minimum((count + 1.0) / warmup, rate)
+        return peak * jnp.clip(rate, 0.0, 1.0)
+
+    return schedule
+
+
+def decay_mask(params: PyTree) -> PyTree:
+    """True for the parameters BERT decays: all but biases and LayerNorm scales."""
+    def decayed(path, _):
+        name = str(getattr(path[-1], "key", path[-1]))
+        return not (name == "scale" or name.endswith("bias"))
+
+    return jax.tree_util.tree_map_with_path(decayed, params)
+
+
+def make_schedule(cfg: TrainConfig, d_model: int) -> optax.Schedule:
+    """``train.schedule``: rsqrt (paper eq. 3) or linear (BERT)."""
+    if cfg.schedule == "linear":
+        return linear_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.num_steps)
+    return rsqrt_schedule(d_model, cfg.warmup_steps, cfg.learning_rate_scale)
+
+
 def make_optimizer(cfg: TrainConfig, d_model: int) -> tuple[optax.GradientTransformation,
                                                              optax.Schedule]:
-    """Adam(b1, b2, eps) (paper: 0.9, 0.98, 1e-9) on the rsqrt schedule; optional clipping
+    """Adam(b1, b2, eps) (paper: 0.9, 0.98, 1e-9) on ``train.schedule``; optional clipping
     by global norm (``grad_clip_norm > 0``) and decoupled weight decay (``weight_decay >
-    0``, AdamW).
+    0``, AdamW) of every parameter, or with ``weight_decay_mask="kernels"`` of all but
+    biases and LayerNorm scales (BERT).
 
     The optimizer state has one layout whatever the clipping and decay settings:
     ``((ScaleByAdamState, ScaleByScheduleState),)``, that of ``optax.chain(optax.adam(
@@ -35,11 +77,13 @@ def make_optimizer(cfg: TrainConfig, d_model: int) -> tuple[optax.GradientTransf
     resumes the same checkpoint. When off they are skipped, not computed as no-ops.
     Updates equal ``optax.chain(clip_by_global_norm, adamw)`` (or ``optax.adam``) exactly.
     """
-    schedule = rsqrt_schedule(d_model, cfg.warmup_steps, cfg.learning_rate_scale)
+    schedule = make_schedule(cfg, d_model)
     adam = optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps)
     rate = optax.scale_by_learning_rate(schedule)
     clip = optax.clip_by_global_norm(cfg.grad_clip_norm) if cfg.grad_clip_norm > 0 else None
-    decay = optax.add_decayed_weights(cfg.weight_decay) if cfg.weight_decay > 0 else None
+    mask = decay_mask if cfg.weight_decay_mask == "kernels" else None
+    decay = (optax.add_decayed_weights(cfg.weight_decay, mask=mask) if cfg.weight_decay > 0
+             else None)
 
     def init(params):
         return ((adam.init(params), rate.init(params)),)  # optax.chain(optax.adam(...))

@@ -38,12 +38,18 @@ class TrainState:
 
 
 def create_train_state(model: Transformer, tx: optax.GradientTransformation, seed: int,
-                       example_batch: dict) -> TrainState:
-    """Initialises parameters (float32) and optimizer state on the default device."""
+                       example_batch: dict, init_fn: Callable | None = None) -> TrainState:
+    """Initialises parameters (float32) and optimizer state on the default device.
+
+    init_fn(rng, example_batch) -> params: a task's own initialisation (default: the
+    translation model's ``init`` on the batch's first row)."""
     init_rng = jax.random.split(jax.random.PRNGKey(seed))[0]
-    inputs = jnp.asarray(example_batch["inputs"][:1])
-    targets = jnp.asarray(example_batch["targets"][:1])
-    params = jax.jit(model.init)(init_rng, inputs, targets)["params"]
+    if init_fn is not None:
+        params = init_fn(init_rng, example_batch)
+    else:
+        inputs = jnp.asarray(example_batch["inputs"][:1])
+        targets = jnp.asarray(example_batch["targets"][:1])
+        params = jax.jit(model.init)(init_rng, inputs, targets)["params"]
     return train_state_of(params, tx, seed)
 
 
@@ -89,10 +95,30 @@ def make_loss_fn(model: Transformer, label_smoothing: float, pad_id: int) -> Cal
 def make_train_step(model: Transformer, tx: optax.GradientTransformation, *,
                     label_smoothing: float, pad_id: int, accum_steps: int = 1,
                     schedule: optax.Schedule | None = None) -> Callable:
-    """The per-device ``train_step(state, batch) -> (state, metrics)`` (see module doc)."""
-    grad_fn = jax.grad(make_loss_fn(model, label_smoothing, pad_id), has_aux=True)
+    """The translation model's per-device ``train_step(state, batch) -> (state, metrics)``
+    (see the module doc)."""
+    return make_step(make_loss_fn(model, label_smoothing, pad_id), tx,
+                     accum_steps=accum_steps, schedule=schedule)
 
+
+def make_step(loss_fn: Callable, tx: optax.GradientTransformation, *, accum_steps: int = 1,
+              schedule: optax.Schedule | None = None,
+              totals_fn: Callable | None = None) -> Callable:
+    """A per-device ``train_step(state, batch) -> (state, metrics)`` for any task.
+
+    loss_fn(params, batch, rng | None) -> (objective sum, metric sums); the gradient is
+    that of the objective summed over the global batch divided by the global sum of
+    ``metrics["tokens"]``. With ``totals_fn(batch) -> dict`` (sums that depend on the
+    data only, e.g. counts of masked positions), those sums over the whole global batch
+    (every device and micro-batch) are computed first and passed as loss_fn's fourth
+    argument: a task with several losses weighs each by its own global count, exactly,
+    whatever the devices and accumulation.
+    """
     def accumulate(params, batch, rng):
+        grad_fn = jax.grad(loss_fn, has_aux=True)
+        if totals_fn is not None:  # over the whole batch, before any micro-batch split
+            totals = lax.psum(totals_fn(batch), AXIS)
+            grad_fn = jax.grad(lambda p, b, r: loss_fn(p, b, r, totals), has_aux=True)
         if accum_steps == 1:
             return grad_fn(params, batch, rng)
         # [b, ...] -> [accum_steps, b / accum_steps, ...]
@@ -135,10 +161,16 @@ def make_train_step(model: Transformer, tx: optax.GradientTransformation, *,
 
 def make_eval_step(model: Transformer, *, label_smoothing: float, pad_id: int) -> Callable:
     """Per-device ``eval_step(params, batch) -> ((), metric sums over the global batch)``."""
-    loss_fn = make_loss_fn(model, label_smoothing, pad_id)
+    return make_evaluation_step(make_loss_fn(model, label_smoothing, pad_id))
 
+
+def make_evaluation_step(loss_fn: Callable, totals_fn: Callable | None = None) -> Callable:
+    """:func:`make_eval_step` for any task's loss_fn (and totals_fn, see :func:`make_step`)."""
     def eval_step(params, batch):
-        _, metrics = loss_fn(params, batch, None)
+        if totals_fn is None:
+            _, metrics = loss_fn(params, batch, None)
+        else:
+            _, metrics = loss_fn(params, batch, None, lax.psum(totals_fn(batch), AXIS))
         return (), lax.psum(metrics, AXIS)
 
     return eval_step
