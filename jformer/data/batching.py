@@ -244,6 +244,16 @@ def pack_plan(src_lens: np.ndarray, tgt_lens: np.ndarray, options: BatchOptions,
     return _Plan(order, *table[:4], packed_row=row_of, row0=table[4])
 
 
+
+def position_of(state: Any) -> tuple[int, int]:
+    """(epoch, index) of a saved iterator position, checked (ValueError naming it)."""
+    if not isinstance(state, dict) or not {"epoch", "index"} <= set(state):
+        raise ValueError(f"state must be a dict with 'epoch' and 'index'; got {state!r}")
+    epoch, index = state["epoch"], state["index"]
+    if not (isinstance(epoch, int) and isinstance(index, int) and epoch >= 0 and index >= 0):
+        raise ValueError(f"state epoch and index must be ints >= 0; got {state!r}")
+    return epoch, index
+
 class BatchIterator:
     """Yields batches (dicts of int32 arrays, see the spec's batch format) of an encoded
     parallel corpus, endlessly over epochs (repeat) or for one pass, resumable exactly
@@ -361,12 +371,7 @@ class BatchIterator:
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores a position from :meth:`get_state`; the same corpus and options (up to
         the host sharding) must be in use, else ValueError."""
-        if not isinstance(state, dict) or not {"epoch", "index"} <= set(state):
-            raise ValueError(f"state must be a dict with 'epoch' and 'index'; got {state!r}")
-        epoch, index = state["epoch"], state["index"]
-        if not (isinstance(epoch, int) and isinstance(index, int) and epoch >= 0
-                and index >= 0):
-            raise ValueError(f"state epoch and index must be ints >= 0; got {state!r}")
+        epoch, index = position_of(state)
         fp = state.get("fingerprint", self._fingerprint)
         if fp not in (self._fingerprint, self._legacy_fingerprint):
             saved = state.get("options")

@@ -21,6 +21,8 @@ from typing import Any, Iterator, Protocol
 
 import numpy as np
 
+from jformer.data.batching import position_of
+
 Batch = dict[str, np.ndarray]
 
 
@@ -123,12 +125,7 @@ class EpochIterator:
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores a position from :meth:`get_state` (ValueError if it was saved for
         another source or other options)."""
-        if not isinstance(state, dict) or not {"epoch", "index"} <= set(state):
-            raise ValueError(f"state must be a dict with 'epoch' and 'index'; got {state!r}")
-        epoch, index = state["epoch"], state["index"]
-        if not (isinstance(epoch, int) and isinstance(index, int) and epoch >= 0
-                and index >= 0):
-            raise ValueError(f"state epoch and index must be ints >= 0; got {state!r}")
+        epoch, index = position_of(state)
         if state.get("fingerprint") != self._fingerprint:
             raise ValueError(f"state was saved for other data or options: "
                              f"{_differences(state.get('plan'), self._key)}; resume with the "
