@@ -49,6 +49,7 @@ def test_old_workdir_gives_the_same_logits(expected, kernels):
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_old_workdir_resumes_training(tmp_path):
     """train.py on a copy of the old workdir resumes from its step-400 checkpoint."""
     from jformer import train

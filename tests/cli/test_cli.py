@@ -52,6 +52,7 @@ def run_cli(argv, capsys, stdin_text=None, monkeypatch=None):
     return status, out, err
 
 
+@pytest.mark.slow
 def test_translate_streams_stdin_to_stdout_in_order(workdir, reference, capsys, monkeypatch):
     text = "".join(line + "\n" for line in LINES)
     status, out, err = run_cli(["translate", "--workdir", workdir, "--chunk-lines", 4],
@@ -228,6 +229,7 @@ def test_truncation_warnings_name_the_input_line(workdir, tmp_path, capsys):
     assert all("more than model.max_len=40; truncated to 40" in w for w in warned)
 
 
+@pytest.mark.slow
 def test_n_best_lists_in_moses_format(workdir, reference, capsys, monkeypatch):
     lines = ["Five.", "", "It is late."]
     status, out, err = run_cli(["translate", "--workdir", workdir, "--beam", 3, "--n-best",
@@ -247,6 +249,7 @@ def test_n_best_lists_in_moses_format(workdir, reference, capsys, monkeypatch):
     assert status == 1 and "n_best must be <= 2" in err
 
 
+@pytest.mark.slow
 def test_samples_follow_line_numbers_not_chunks(workdir, capsys, monkeypatch):
     """Line i samples with fold_in(seed key, i) over the whole input: the same line
     repeated gives different samples, and chunking (1 line vs all at once) changes
@@ -326,6 +329,7 @@ def test_python_m_jformer_help_lists_the_subcommands():
         assert command in result.stdout
 
 
+@pytest.mark.slow
 def test_overlong_lines_are_split_and_the_line_count_is_kept(workdir, reference, tmp_path,
                                                              capsys):
     pytest.importorskip("sentencex", reason="splitting needs the 'split' extra")

@@ -1,6 +1,7 @@
 """A packed batch from the real pipeline gives each pair the loss it has unpacked."""
 import jax
 import numpy as np
+import pytest
 
 from jformer.config import ModelConfig
 from jformer.data.batching import BatchIterator, BatchOptions
@@ -20,6 +21,7 @@ def corpus(n=23, seed=0):
     return [sentence() for _ in range(n)], [sentence() for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_packed_batch_gives_the_unpacked_per_sentence_loss():
     src, tgt = corpus()
     options = BatchOptions(max_tokens=4 * 24, boundaries=(8, 16, 24), pad_id=PAD, shuffle=False,

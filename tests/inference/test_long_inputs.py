@@ -51,6 +51,7 @@ def count_tokens(translator):
     return lambda text: len(translator.tokenizer.encode([text], add_eos=True)[0])
 
 
+@pytest.mark.slow
 def test_a_2000_word_paragraph_is_translated_whole_in_order_without_warning(
         translator, paragraph):
     text, sentences = paragraph
@@ -92,6 +93,7 @@ def test_an_overlong_single_word_is_split_and_comes_back(translator):
     assert whole == "".join(translator.translate(list(seg.pieces), method="greedy"))
 
 
+@pytest.mark.slow
 def test_split_sentences_share_batches_with_the_others(translator, monkeypatch):
     long_text = " ".join(["It is late."] * 15 + ["We need one car."] * 10)
     seg = split_to_fit(long_text, count_tokens(translator), translator.model_cfg.max_len)
@@ -108,6 +110,7 @@ def test_split_sentences_share_batches_with_the_others(translator, monkeypatch):
     assert out[1] == seg.join(translator.translate(list(seg.pieces), method="greedy"))
 
 
+@pytest.mark.slow
 def test_a_split_sentence_scores_and_n_best_combine_its_pieces(translator):
     text = "It is late, we need one car. " * 8 + "The number is three."
     seg = split_to_fit(text, count_tokens(translator), translator.model_cfg.max_len)
@@ -133,6 +136,7 @@ def _products(lists):
             yield (head,) + rest
 
 
+@pytest.mark.slow
 def test_pieces_sample_with_keys_folded_from_their_sentences(translator):
     text = " ".join(["We need one car."] * 9)
     seg = split_to_fit(text, count_tokens(translator), translator.model_cfg.max_len)
@@ -169,6 +173,7 @@ def test_a_missing_splitter_is_a_clear_error_naming_the_sentence(translator, mon
 # ------------------------------------------------------------------ memory limit
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, beam", [("greedy", 1), pytest.param("beam", 3, marks=pytest.mark.slow)])
 def test_a_memory_limit_shrinks_batches_to_fit_and_changes_no_result(setup, monkeypatch,
                                                                      method, beam):

@@ -175,6 +175,7 @@ def test_batch_equals_sentences_one_by_one_in_input_order(translator, beam_size)
     assert len({len(h.ids) for h in together}) > 2  # the EOS bias gives varied lengths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
     if len(jax.local_devices()) < devices:
@@ -226,6 +227,7 @@ def test_alpha_and_temperature_sweeps_reuse_the_compiled_search(translator):
         translator.translate(SHORT, method="sample", temperature=0.0)
 
 
+@pytest.mark.slow
 def test_compilations_stay_bounded_over_mixed_lengths(translator):
     words, rng = words_of_corpus(), random.Random(0)
     calls = [[" ".join(rng.choices(words, k=rng.randint(1, 40)))
@@ -331,6 +333,7 @@ def test_n_best_returns_sorted_hypotheses(translator):
         translator.translate(SHORT[:1], beam_size=3, n_best=4)
 
 
+@pytest.mark.slow
 def test_sampling_top_k_one_is_greedy_and_depends_on_the_key(translator):
     greedy = translator.translate(SHORT, method="greedy")
     assert translator.translate(SHORT, method="sample", top_k=1) == greedy
@@ -402,6 +405,7 @@ def test_two_stage_top_k_equals_one_top_k_over_all_extensions(vocab):
     np.testing.assert_array_equal(parent * vocab + token, flat)
 
 
+@pytest.mark.slow
 def test_slot_addressed_beam_cache_steps_equal_teacher_forcing(setup):
     # Hypotheses with different histories share each source's buffers; after every step
     # a random parent choice (repeats included) remaps the slot table. Each hypothesis'
@@ -438,6 +442,7 @@ def test_slot_addressed_beam_cache_steps_equal_teacher_forcing(setup):
                      for p in parent_BW[b]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [2, 4])
 def test_slot_addressed_beam_search_equals_reordering_the_rows(setup, beam_size):
     cfg, params, tok = setup

@@ -169,6 +169,7 @@ def hf_log_prob(model, hf_tok, source: str, ids: list[int]) -> float:
     return float(log_probs[torch.arange(len(ids)), torch.tensor(ids)].sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["plain", "cpu"])
 @pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 4)])
 def test_search_gives_hf_generates_tokens(trained, method, beam, kernels):

@@ -68,6 +68,7 @@ def batch():
     return jnp.asarray(inputs), jnp.asarray(types)
 
 
+@pytest.mark.slow
 def test_mlm_head_projects_only_the_gathered_positions_with_the_tied_embedding():
     model, params = make()
     inputs, types = batch()
@@ -93,6 +94,7 @@ def test_mlm_head_projects_only_the_gathered_positions_with_the_tied_embedding()
     np.testing.assert_allclose(shifted[..., 4], got[..., 4], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_padding_segments_and_heads():
     for head, shape in (("classify", (2, 3)), ("tag", (2, 12, 3))):
         model, params = make(head)

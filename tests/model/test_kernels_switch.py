@@ -67,6 +67,7 @@ def test_auto_resolves_by_platform():
         ModelConfig(kernels="fast")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant, packed", [(v, False) for v in VARIANTS] + [(VARIANTS[0], True)]
                          + [pytest.param(v, True, marks=pytest.mark.slow) for v in VARIANTS[1:]])
 def test_logits_loss_and_gradients_agree(variant, packed):
@@ -154,6 +155,7 @@ class _Chars:
         return [" ".join(str(int(i)) for i in r if i > EOS) for r in np.asarray(rows)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", [dict(), dict(norm="pre", tie_output=False),
                                      dict(activation="swish", output_bias=True,
                                           decoder_start="pad", bos_id=-1)])

@@ -55,6 +55,7 @@ def test_post_ln_gradients_grow_layer_by_layer_toward_the_output(seed):
     assert norms[-1] > 2 * norms[0], norms
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(len(SEEDS)))
 def test_pre_ln_gradients_do_not_grow_toward_the_output(seed):
     norms = decoder_layer_grad_norms("pre")[seed]

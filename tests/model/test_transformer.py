@@ -29,6 +29,7 @@ def init(cfg=CFG, seed=0):
     return Transformer(cfg), Transformer(cfg).init(jax.random.PRNGKey(seed), inputs, targets)
 
 
+@pytest.mark.slow
 def test_logits_shape_and_dtype():
     model, v = init()
     inputs, targets = make_batch()

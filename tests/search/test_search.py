@@ -457,6 +457,7 @@ def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1):
     return (finished + rest)[:beam]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [2, 3, 4])
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
 def test_beam_pruning_matches_a_plain_reference_search(beam, alpha):

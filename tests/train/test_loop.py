@@ -53,6 +53,7 @@ def workdir_with_vocab(tmp_path, name, vocab):
     return str(w)
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_uninterrupted_run(tmp_path, shared_vocab):
     full = workdir_with_vocab(tmp_path, "full", shared_vocab)
     _, state_full = train_lib.train(tiny_config(num_steps=100, checkpoint_every=20), full)
@@ -124,6 +125,7 @@ def sigint_handler():
     signal.signal(signal.SIGINT, found)
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_the_run_after_a_step_with_its_checkpoint(tmp_path, shared_vocab,
                                                                sigint_handler):
     w = workdir_with_vocab(tmp_path, "sigint", shared_vocab)
@@ -146,6 +148,7 @@ def test_ctrl_c_ends_the_run_after_a_step_with_its_checkpoint(tmp_path, shared_v
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
+@pytest.mark.slow
 def test_an_inherited_ignored_sigint_stays_ignored(tmp_path, shared_vocab):
     found = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -168,6 +171,7 @@ def test_an_inherited_ignored_sigint_stays_ignored(tmp_path, shared_vocab):
         signal.signal(signal.SIGINT, found)
 
 
+@pytest.mark.slow
 def test_time_budget_ends_the_run_with_a_checkpoint_and_metrics_rows(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "budget", shared_vocab)
     # A budget of 0.06 ms is spent before the first step returns: the run stops at step 1.
@@ -207,6 +211,7 @@ def tensorboard_scalars(workdir):
     return scalars
 
 
+@pytest.mark.slow
 def test_train_and_evaluate_logs_periodic_and_final_figures(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "final", shared_vocab)
     final = train_lib.train_and_evaluate(tiny_config(num_steps=10, eval_every=5), w)
@@ -290,6 +295,7 @@ def test_changed_model_fields_skips_tokenizer_ids_dropout_and_dtype():
         "model.d_ff: saved 2048, now 32", "model.positional: saved learned, now sinusoidal"]
 
 
+@pytest.mark.slow
 def test_accum_steps_job_batches_split_into_micro_batches_and_train(tmp_path, shared_vocab):
     w = workdir_with_vocab(tmp_path, "accum", shared_vocab)
     multiple = jax.device_count() * 3

@@ -70,6 +70,7 @@ def test_shard_map_and_pmap_give_same_parameters():
         assert m1["loss"] == pytest.approx(m2["loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_eight_way_data_parallel_equals_one_device():
     eight, h8 = run("shard_map", jax.devices())
     one, h1 = run("shard_map", jax.devices()[:1])
@@ -82,12 +83,14 @@ def test_eight_way_data_parallel_equals_one_device():
     assert delta > 1e-3
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_large_batch():
     big, _ = run("shard_map", jax.devices()[:1], accum_steps=1)
     acc, _ = run("shard_map", jax.devices()[:1], accum_steps=4)
     assert_trees_close(big.params, acc.params, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_dropout_makes_steps_depend_on_rng_but_stay_reproducible():
     # b is built and compiled afresh; c is the dropout-free run other tests share.
     a, _ = run("shard_map", jax.devices()[:1], dropout=0.3)
@@ -117,6 +120,7 @@ def test_nonfinite_loss_leaves_state_untouched():
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_sgd_step_applies_the_gradient_of_the_token_mean_loss(devices):
     """With plain SGD (no Adam to cancel a constant factor), one step moves the
@@ -161,6 +165,7 @@ def test_put_batch_rejects_rows_not_divisible_by_devices():
         dp.put_batch({"inputs": np.zeros((6, 3), np.int32)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tie_output,norm", [(True, "post"), (False, "post"), (True, "pre"),
                                             (False, "pre")])
 def test_loss_gradients_equal_those_of_the_plain_logits(tie_output, norm):
@@ -178,6 +183,7 @@ def test_loss_gradients_equal_those_of_the_plain_logits(tie_output, norm):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale, err_msg=str(path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tie_output", [True, False])
 def test_bfloat16_loss_gradients_are_as_close_to_float32_as_the_plain_logits(tie_output):
     """bf16 compute: the fused loss (float32 logits) errs no more than bf16 logits + loss."""

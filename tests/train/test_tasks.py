@@ -110,6 +110,7 @@ def pretrain_batch(rows=16):
     return next(EpochIterator(src, EpochOptions(batch_size=rows)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices, accum", [
     (8, 1), (1, 4), pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_pretraining_step_is_exact_over_devices_and_accumulation(devices, accum):
@@ -144,6 +145,7 @@ def test_pretraining_step_is_exact_over_devices_and_accumulation(devices, accum)
         m1["mlm_loss"] / m1["tokens"] + m1["nsp_loss"] / m1["nsp_count"], rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["classify", "tag", "span"])
 def test_fine_tuning_starts_from_the_pretrained_encoder_and_predicts(tmp_path, vocab, kind,
                                                                      capsys):
@@ -244,6 +246,7 @@ def translation_compatible(vocab_size=400):
     return c
 
 
+@pytest.mark.slow
 def test_translation_starts_from_a_pretrained_encoder(tmp_path, vocab):
     pre = str(tmp_path / "pre")
     pretrained = fake_pretrained(pre, translation_compatible(), vocab)
