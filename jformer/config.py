@@ -33,6 +33,8 @@ DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("rsqrt", "linear")
 KERNELS = ("auto", "plain", "cpu")
 OVERLONG_POLICIES = ("split", "truncate", "error")
+# Beam search: which of a step's 2W candidates may finish with EOS (jformer.search.beam)
+EOS_CANDIDATES = ("all", "top_w")
 
 
 def resolve_kernels(kernels: str, platform: str | None = None) -> str:
@@ -252,6 +254,10 @@ class DecodeConfig:
     # such as "2GB" or "512MiB"; 0: no limit): batches are cut to fewer rows to fit it
     # (jformer.inference.memory.cache_bytes).
     memory_limit: int | str = 0
+    # Beam search: which EOS candidates finish. all: any of the step's 2W best (Flax WMT,
+    # T5X) | top_w: only those among the W best (fairseq, Hugging Face, CTranslate2,
+    # Marian; gives their outputs exactly). jformer.search.beam says more.
+    eos_candidates: str = "all"
 
     def __post_init__(self) -> None:
         s = "decode"
@@ -266,6 +272,7 @@ class DecodeConfig:
                and all(_is_int(b) and b > 0 for b in buckets) and list(buckets) == sorted(buckets),
                f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
         _check_choice(s, "overlong", self.overlong, OVERLONG_POLICIES)
+        _check_choice(s, "eos_candidates", self.eos_candidates, EOS_CANDIDATES)
         try:
             parse_bytes(self.memory_limit)
         except ValueError as e:

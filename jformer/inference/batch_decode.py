@@ -42,6 +42,7 @@ class SearchSpec:
     top_k: int = 0
     chunk_size: int = 8
     n_best: int = 1  # beam: stop a row once this many finished ones can't be beaten
+    eos_candidates: str = "all"  # beam: which of the 2W candidates may finish (all | top_w)
 
 
 def trace_count() -> int:
@@ -158,7 +159,8 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
     if spec.method == "beam":
         return search.beam_search(step_fn, state, beam_size=spec.beam_size, alpha=alpha,
                                   reorder=reorder_beam_state if slots else None,
-                                  n_best=spec.n_best, **common)
+                                  n_best=spec.n_best, eos_candidates=spec.eos_candidates,
+                                  **common)
     if spec.method == "sample":
         out = search.sample(step_fn, state, rng, temperature=temperature,
                             top_k=spec.top_k, **common)

@@ -204,7 +204,7 @@ class Translator:
         """Normalised spec: fields a method ignores keep defaults (fewer compiles)."""
         if method == "beam" and beam_size > 1:
             return SearchSpec("beam", beam_size, max_len, chunk_size=self.chunk_size,
-                              n_best=n_best)
+                              n_best=n_best, eos_candidates=self.decode_cfg.eos_candidates)
         if method == "sample":
             return SearchSpec("sample", 1, max_len, top_k=top_k, chunk_size=self.chunk_size)
         return SearchSpec("greedy", 1, max_len, chunk_size=self.chunk_size)

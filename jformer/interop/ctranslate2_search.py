@@ -24,12 +24,11 @@ def search_options(beam_size: int, max_len: int) -> dict[str, Any]:
       the last position (fairseq's rule), CTranslate2 returns the hypothesis as cut.
       Greedy search cuts alike in both.
 
-    One more difference remains in beam search: each step both take the 2W best
-    extensions and keep the W best that do not end in EOS alive, but jformer moves every
-    EOS-ending one of the 2W to its finished set, CTranslate2 (like fairseq) only those
-    among the first W. Where a hypothesis finishing from rank W..2W-1 would win, jformer
-    returns it and CTranslate2 a less probable one: rare on a trained model, common on
-    an untrained one.
+    One more difference is jformer's to switch off: each step both take the 2W best
+    extensions and keep the W best that do not end in EOS alive; under
+    ``decode.eos_candidates="all"`` (jformer's default) every EOS-ending one of the 2W
+    finishes, CTranslate2 (like fairseq) only those among the first W. With
+    ``decode.eos_candidates="top_w"`` jformer searches as CTranslate2 does.
     """
     return dict(beam_size=beam_size, length_penalty=0.0, min_decoding_length=0,
                 max_decoding_length=max_len, return_scores=True)

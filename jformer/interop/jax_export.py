@@ -87,6 +87,7 @@ class ExportSettings:
     alpha: float = 0.6
     max_len: int | None = None
     platforms: tuple[str, ...] = ("cpu",)
+    eos_candidates: str = "all"  # beam: decode.eos_candidates of the run
 
     def check(self, model_cfg: ModelConfig) -> None:
         """Raises ValueError naming the command-line option of a value that cannot hold."""
@@ -116,7 +117,8 @@ class ExportSettings:
     def spec(self, out_len: int) -> SearchSpec:
         """The Translator's SearchSpec for these settings (``Translator._spec``)."""
         if self.method == "beam" and self.beam_size > 1:
-            return SearchSpec("beam", self.beam_size, out_len, chunk_size=CHUNK_SIZE)
+            return SearchSpec("beam", self.beam_size, out_len, chunk_size=CHUNK_SIZE,
+                              eos_candidates=self.eos_candidates)
         return SearchSpec("greedy", 1, out_len, chunk_size=CHUNK_SIZE)
 
     def output_lengths(self, model_cfg: ModelConfig,
@@ -134,9 +136,10 @@ def _positive(value: Any) -> bool:
 def default_settings(model_cfg: ModelConfig, decode_cfg: DecodeConfig,
                      **overrides: Any) -> ExportSettings:
     """Settings from the run's decode config (buckets as the Translator's, beam size,
-    alpha), with the ``overrides`` that are not None; checked."""
+    alpha, eos_candidates), with the ``overrides`` that are not None; checked."""
     base = dict(buckets=source_buckets(decode_cfg, model_cfg.max_len),
-                beam_size=decode_cfg.beam_size, alpha=decode_cfg.alpha)
+                beam_size=decode_cfg.beam_size, alpha=decode_cfg.alpha,
+                eos_candidates=decode_cfg.eos_candidates)
     base.update({k: v for k, v in overrides.items() if v is not None})
     base["buckets"], base["platforms"] = tuple(base["buckets"]), tuple(base.get(
         "platforms", ("cpu",)))
@@ -234,6 +237,7 @@ def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping
         "max_output_len": {str(b): n for b, n in out_lens.items()},
         "method": settings.method, "beam_size": settings.beam_size,
         "alpha": float(settings.alpha), "max_len": settings.max_len,
+        "eos_candidates": settings.eos_candidates,
         "pad_id": model_cfg.pad_id, "bos_id": model_cfg.bos_id,
         "eos_id": model_cfg.eos_id, "unk_id": tokenizer.unk_id,
         "vocab_size": model_cfg.vocab_size,

@@ -5,6 +5,13 @@ containing EOS) and the ``W`` best finished ones. Every step takes the top ``2W`
 candidates of the ``W * V`` extensions, so that ``W`` alive survive even if ``W`` of
 them end in EOS; EOS candidates move to the finished set scored
 ``log_prob_sum / length_penalty(length)`` (``length`` counts EOS) and are never extended.
+Which EOS candidates may finish is ``eos_candidates``:
+
+- ``"all"`` (default): every EOS among the 2W, as the Flax WMT example and T5X do; a
+  hypothesis finishing at rank W..2W-1 still competes on score.
+- ``"top_w"``: only EOS among the W best, as fairseq, Hugging Face ``generate``,
+  CTranslate2 and Marian do (the others are dropped). With it, jformer's beam gives
+  those engines' outputs exactly (tests/interop: CTranslate2 and Marian parity).
 
 A row is done when its best (or, asked for n-best lists, its n-th best) finished score
 beats the best score any alive hypothesis can still reach,
@@ -31,8 +38,8 @@ from jax import lax
 from jformer.kernels.topk import fast_top_k
 from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
                                  check_search_args, chunked_decode_loop, length_penalty)
+from jformer.config import EOS_CANDIDATES
 from jformer.types import PyTree
-
 
 # (state, parent_BW) -> state: hypothesis w of row b now extends beam parent_BW[b, w].
 Reorder = Callable[[PyTree, jax.Array], PyTree]
@@ -80,7 +87,8 @@ def _top_extensions(ext_BWV: jax.Array, k: int,
 
 def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder, *,
                max_len: int, alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int,
-               min_len: int, n_best: int = 1, kernels: str = "plain") -> _BeamCarry:
+               min_len: int, n_best: int = 1, kernels: str = "plain",
+               eos_candidates: str = "all") -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values."""
     batch, w = c.prev_BW.shape
     logp_NV, new_state = call_step_fn(step_fn, c.prev_BW.reshape(batch * w), step,
@@ -96,6 +104,8 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     ext_BWV = logp_NV.reshape(batch, w, vocab) + c.alive_logp_BW[:, :, None]
     cand_logp_BC, parent_BC, token_BC = _top_extensions(ext_BWV, 2 * w, kernels)
     is_eos_BC = token_BC == eos_id
+    # [B, 2W]: EOS candidates that join the finished set (the rest of them are dropped)
+    finish_BC = is_eos_BC if eos_candidates == "all" else is_eos_BC & (jnp.arange(2 * w) < w)
 
     # Alive: the W best candidates that do not end in EOS.
     alive_logp_BW, pick_BW = lax.top_k(jnp.where(is_eos_BC, -jnp.inf, cand_logp_BC), w)
@@ -105,7 +115,7 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     alive_BWT = lax.dynamic_update_slice(alive_BWT, token_BW[:, :, None], (0, 0, step))
 
     # Finished: merge the old W with the EOS candidates (length step + 1, EOS counted).
-    new_score_BC = jnp.where(is_eos_BC, cand_logp_BC / length_penalty(step + 1, alpha),
+    new_score_BC = jnp.where(finish_BC, cand_logp_BC / length_penalty(step + 1, alpha),
                              -jnp.inf)
     # [B, W] ++ [B, 2W] -> [B, 3W] -> best W
     fin_score_BW, pick_BW = lax.top_k(
@@ -168,7 +178,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                 max_len: int, alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int,
                 pad_id: int, chunk_size: int = 8, min_len: int = 0,
                 reorder: Reorder | None = None, n_best: int = 1,
-                kernels: str = "plain") -> DecodeResult:
+                kernels: str = "plain", eos_candidates: str = "all") -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
@@ -191,6 +201,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       chunk_size: decode steps between early-exit checks.
       min_len: EOS is forbidden before output position ``min_len``.
       kernels: "cpu" ranks the candidates through :mod:`jformer.kernels.topk`.
+      eos_candidates: "all" | "top_w", which of a step's 2W candidates may finish with
+        EOS (module docstring).
 
     Returns:
       DecodeResult, each row's hypotheses sorted best first (finished before unfinished):
@@ -209,6 +221,9 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}]; "
                          f"got {n_best!r}")
+    if eos_candidates not in EOS_CANDIDATES:
+        raise ValueError(f"eos_candidates must be one of {EOS_CANDIDATES}; "
+                         f"got {eos_candidates!r}")
     b, w = batch_size, beam_size
     # Only beam 0 starts alive, so the W identical copies do not fill the beam.
     first_alive_W = jnp.where(jnp.arange(w) == 0, 0.0, -jnp.inf).astype(jnp.float32)
@@ -227,7 +242,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
         return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
                           alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len,
-                          n_best=n_best, kernels=kernels)
+                          n_best=n_best, kernels=kernels, eos_candidates=eos_candidates)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

@@ -7,6 +7,7 @@ EOS (``return_end_token``) and are mapped to ids through the vocabulary.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -70,12 +71,15 @@ def assert_same_search(translator: Translator, ct2_translator, sentences: list[s
                        beam_size: int, max_len: int, require_finished: bool) -> int:
     """jformer and CTranslate2 give the same tokens (EOS included) and scores (1e-4).
 
-    jformer runs ``translate(beam_size, alpha=0, max_len)`` (beam 1: greedy search),
-    CTranslate2 :func:`search_options` of the same. ``require_finished``: every jformer
-    output must end in EOS before max_len (beam search forces EOS at max_len, which
-    CTranslate2 does not). Returns how many outputs ended in EOS.
+    jformer runs ``translate(beam_size, alpha=0, max_len)`` (beam 1: greedy search) with
+    decode.eos_candidates="top_w" (only EOS among a step's W best finish, as in
+    CTranslate2), CTranslate2 :func:`search_options` of the same. ``require_finished``:
+    every jformer output must end in EOS before max_len (beam search forces EOS at
+    max_len, which CTranslate2 does not). Returns how many outputs ended in EOS.
     """
     method = "beam" if beam_size > 1 else "greedy"
+    translator = Translator(translator.model_cfg, translator.params, translator.tokenizer,
+                            dataclasses.replace(translator.decode_cfg, eos_candidates="top_w"))
     ours = translator.translate(sentences, beam_size=beam_size, alpha=0.0, max_len=max_len,
                                 return_scores=True, method=method)
     theirs = ct2_translator.translate_batch(ct2_pieces(translator, sentences),

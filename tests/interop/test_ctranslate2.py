@@ -142,6 +142,31 @@ def test_pad_and_bos_are_never_generated(tokenizer, tmp_path):
     assert generated and not generated & {"<pad>", "<s>"}
 
 
+def test_beam_with_ctranslate2s_eos_rule_matches_on_a_random_model(tokenizer, tmp_path):
+    """An untrained model (EOS's output bias raised by 1, so outputs end within 2-8
+    tokens), where EOS extensions ranked W..2W-1 are common: with
+    decode.eos_candidates="top_w" jformer's beam 4 gives CTranslate2's tokens and scores
+    on every sentence it finishes before max_len; with jformer's default ("all") several
+    outputs differ, each then scoring higher (its extra finished candidates)."""
+    cfg = variant_config("pre_concat_shared_untied", tokenizer)
+    params = perturbed_params(cfg, seed=5)
+    params["decoder"]["output_projection"]["bias"][cfg.eos_id] += 1.0
+    ct2 = export(cfg, params, tokenizer, tmp_path / "ct2")
+    found = {}
+    for rule in ("top_w", "all"):
+        translator = Translator(cfg, params, tokenizer, DecodeConfig(
+            batch_size=32, length_buckets=(32,), eos_candidates=rule))
+        found[rule] = translator.translate(SOURCES, beam_size=4, alpha=0.0, max_len=24,
+                                           return_scores=True)
+    done = [s for s, h in zip(SOURCES, found["top_w"]) if h.finished and len(h.ids) < 24]
+    assert len(done) >= 10, len(done)
+    assert_same_search(translator, ct2, done, beam_size=4, max_len=24, require_finished=True)
+    differ = [(a, t) for a, t in zip(found["all"], found["top_w"])
+              if a.ids.tolist() != t.ids.tolist()]
+    assert len(differ) >= 3  # the rule matters here, so the match above is the rule's
+    assert all(a.score > t.score for a, t in differ)
+
+
 def test_searches_match_on_the_committed_workdir(tmp_path):
     """Greedy: all 24 test sentences, finished or cut at max_len alike. Beam 4: the
     sentences jformer's beam finishes (its forced EOS at max_len is not CTranslate2's).

@@ -15,10 +15,11 @@ compared with ``transformers``:
   length_penalty=0 (both rank by the plain log-prob sum; HF divides by length**p,
   jformer by the GNMT ((5 + length) / 6)**alpha, equal only at 0), HF
   early_stopping="never" (stop when no alive beam can beat the finished ones, as
-  jformer does), PAD banned on both sides. One rule differs: of the 2W candidates of a
-  step, HF lets only those among the first W finish with EOS, jformer every one
-  (CTranslate2 and fairseq do as HF, docs/interop.md). Where that makes the outputs
-  differ, jformer's hypothesis must score higher under HF's own model;
+  jformer does), PAD banned on both sides. Of the 2W candidates of a step, HF lets only
+  those among the first W finish with EOS: the imported workdir's
+  decode.eos_candidates="top_w" does the same, and every output is HF's. jformer's
+  default ("all": every one of the 2W may finish) is checked too: where it changes an
+  output, jformer's hypothesis must score higher under HF's own model;
 - refusals name the config field or the weight;
 - the workdir in use: ``jformer import marian`` then ``Translator.from_checkpoint``,
   ``jformer translate`` and ``jformer evaluate`` give HF's translations; train.py
@@ -177,21 +178,23 @@ def test_search_gives_hf_generates_tokens(trained, method, beam, kernels):
     model, hf_tok = load_hf(hf_dir)
     want_ids, want_scores = hf_generate(model, hf_tok, beam)
     config, tokenizer, params = load_workdir(workdir)
-    translator = Translator(dataclasses.replace(config.model, kernels=kernels), params,
-                            tokenizer, config.decode)
+    assert config.decode.eos_candidates == "top_w"  # the import decodes as Marian does
+    model_cfg = dataclasses.replace(config.model, kernels=kernels)
+    translator = Translator(model_cfg, params, tokenizer, config.decode)
     hyps = translator.translate(SOURCES, method=method, beam_size=beam, alpha=0.0,
                                 max_len=MAX_LEN, return_scores=True)
-    same = [h.ids.tolist() == want for h, want in zip(hyps, want_ids)]
-    np.testing.assert_allclose([h.score for h, s in zip(hyps, same) if s],
-                               want_scores[np.array(same)], atol=1e-4, rtol=0)
-    if method == "greedy":
-        assert all(same)
-    else:  # HF lets only the W best of the 2W candidates finish (see the module doc)
-        assert sum(same) >= len(SOURCES) - 2, same
-        for i in np.flatnonzero(~np.array(same)):  # jformer found a better hypothesis:
-            score = hf_log_prob(model, hf_tok, SOURCES[i], hyps[i].ids.tolist())
-            assert abs(score - hyps[i].score) < 1e-4  # its score under HF's model
-            assert score > want_scores[i] + 1e-3, (i, score, want_scores[i])
+    assert [h.ids.tolist() for h in hyps] == want_ids
+    np.testing.assert_allclose([h.score for h in hyps], want_scores, atol=1e-4, rtol=0)
+    if method == "beam":  # jformer's default rule: every EOS of the 2W may finish
+        every = Translator(model_cfg, params, tokenizer, dataclasses.replace(
+            config.decode, eos_candidates="all")).translate(
+                SOURCES, method=method, beam_size=beam, alpha=0.0, max_len=MAX_LEN,
+                return_scores=True)
+        for i, h in enumerate(every):
+            if h.ids.tolist() != want_ids[i]:  # then it found a better hypothesis:
+                score = hf_log_prob(model, hf_tok, SOURCES[i], h.ids.tolist())
+                assert abs(score - h.score) < 1e-4  # its score under HF's model
+                assert score > want_scores[i] + 1e-3, (i, score, want_scores[i])
     # all ended in EOS before MAX_LEN: no cut-off was compared (HF and jformer treat
     # one differently: HF's forced EOS gets log-prob 0, jformer's keeps its own)
     assert all(h.finished and len(h.ids) < MAX_LEN for h in hyps)

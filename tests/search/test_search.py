@@ -428,11 +428,12 @@ def test_beam_matches_brute_force(alpha):
         np.testing.assert_allclose(out.scores[r, 0], score, rtol=1e-5)
 
 
-def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1):
+def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1, eos_candidates="all"):
     """Beam search as the paper and fairseq describe it, written plainly over Python
     lists: W alive hypotheses extended by every token; of the best 2W extensions, those
     ending in EOS join the W-best finished list (scored log-prob / ((5 + len) / 6)^alpha,
-    EOS counted), the best W others stay alive; EOS is forced at the last position; the
+    EOS counted; with eos_candidates="top_w" only those ranked among the first W, as
+    fairseq does), the best W others stay alive; EOS is forced at the last position; the
     search stops once the n_best-th finished score beats the best alive log-prob at the
     longest length's penalty. Returns [(tokens, score)], finished first, best first."""
     lp = lambda n: ((5.0 + n) / 6.0) ** alpha  # noqa: E731
@@ -446,7 +447,8 @@ def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1):
             cands += [(total + logp[v], b, v) for v in range(vocab)]
         cands.sort(key=lambda c: (-c[0], c[1], c[2]))
         top = [c for c in cands[:2 * beam] if c[0] > -np.inf]
-        finished += [(alive[b][0] + (v,), t / lp(step + 1)) for t, b, v in top if v == EOS]
+        finished += [(alive[b][0] + (v,), t / lp(step + 1)) for rank, (t, b, v)
+                     in enumerate(top) if v == EOS and (eos_candidates == "all" or rank < beam)]
         finished = sorted(finished, key=lambda f: -f[1])[:beam]
         alive = [(alive[b][0] + (v,), t) for t, b, v in top if v != EOS][:beam]
         steps = step + 1
@@ -457,13 +459,38 @@ def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1):
     return (finished + rest)[:beam]
 
 
+def test_eos_candidates_top_w_drops_an_eos_ranked_beyond_the_beam():
+    """W=2. From BOS: a 0.45, b 0.44, EOS 0.10 (rank 2 of the 2W=4 candidates); every
+    continuation of a or b is uniform, so nothing longer reaches 0.10. "all" finishes the
+    rank-2 EOS and returns it; "top_w" (fairseq, HF, CTranslate2) drops it and returns the
+    best hypothesis left, scored lower; each equals the reference search of its rule."""
+    a, b = 0, 2
+    table = probs_table(B, 5, {(0, BOS): {a: 0.45, b: 0.44, EOS: 0.10}})
+    got = {}
+    for rule in ("all", "top_w"):
+        out = run_beam(table, 5, 0.0, beam_size=2, eos_candidates=rule)
+        want = reference_beam(lambda s: log_softmax(table[0, len(s), s[-1] if s else BOS]),
+                              V, 2, 5, 0.0, eos_candidates=rule)
+        for r in range(B):
+            assert [strip(out.tokens[r, w], out.lengths[r, w]) for w in range(2)] == \
+                [list(seq) for seq, _ in want], (rule, r)
+            np.testing.assert_allclose(out.scores[r], [s for _, s in want], rtol=1e-5)
+        got[rule] = (strip(out.tokens[0, 0], out.lengths[0, 0]), float(out.scores[0, 0]))
+    assert got["all"] == ([EOS], pytest.approx(np.log(0.10), rel=1e-5))
+    assert got["top_w"][0][0] in (a, b) and got["top_w"][1] < got["all"][1]
+    with pytest.raises(ValueError, match="eos_candidates"):
+        run_beam(table, 5, 0.0, beam_size=2, eos_candidates="top")
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("eos_candidates", ["all", "top_w"])
 @pytest.mark.parametrize("beam", [2, 3, 4])
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
-def test_beam_pruning_matches_a_plain_reference_search(beam, alpha):
+def test_beam_pruning_matches_a_plain_reference_search(beam, alpha, eos_candidates):
     """Random second-order chains (the state carries the token before the input, so a
     wrong reorder of the state changes the logits): small beams prune, and every row's
-    hypotheses, in order, and their scores equal the plain reference search's."""
+    hypotheses, in order, and their scores equal the plain reference search's, under
+    either EOS rule."""
     vocab, max_len, rows = 6, 7, 5
     for seed in range(3):
         table = np.random.default_rng(100 * beam + seed).normal(
@@ -483,9 +510,10 @@ def test_beam_pruning_matches_a_plain_reference_search(beam, alpha):
         for kernels in ("plain", "cpu"):
             out = beam_search(step_fn, state, batch_size=rows, beam_size=beam,
                               max_len=max_len, alpha=alpha, chunk_size=2, kernels=kernels,
-                              **ids)
+                              eos_candidates=eos_candidates, **ids)
             for r in range(rows):
-                want = reference_beam(lambda s: logp_fn(r, s), vocab, beam, max_len, alpha)
+                want = reference_beam(lambda s: logp_fn(r, s), vocab, beam, max_len, alpha,
+                                      eos_candidates=eos_candidates)
                 got = [strip(out.tokens[r, w], out.lengths[r, w]) for w in range(len(want))]
                 assert got == [list(seq) for seq, _ in want], (seed, r, kernels)
                 np.testing.assert_allclose(out.scores[r, :len(want)], [s for _, s in want],
