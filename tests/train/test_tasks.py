@@ -276,14 +276,14 @@ def test_translation_starts_from_a_pretrained_encoder(tmp_path, vocab):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="KNOWN DEFECT: MLM accuracy reaches 0.089, 2x the unigram "
-                   "baseline, not 3x; it fails the same at the bert branch's own commit "
-                   "6317f92, before any merge: the test's setting never met its bound",
-                   strict=False)
 def test_demo_pretraining_learns_far_beyond_the_unigram_baseline(tmp_path):
-    c = tiny_bert_config(num_steps=400, warmup_steps=40)
+    """800 steps of 64 sequences (~35 s): masked-token accuracy 0.41 against the unigram
+    baseline's 0.044 when measured. MLM sits on the unigram plateau for its first few
+    hundred steps (0.09-0.13 at step 400, at batch 16 or 64), so a shorter run shows
+    nothing about learning from context."""
+    c = tiny_bert_config(num_steps=800, warmup_steps=40, learning_rate=2e-3)
     c.model.d_model, c.model.num_heads, c.model.num_encoder_layers, c.model.d_ff = 64, 4, 2, 256
-    c.pretrain.demo_num_train = 2000
+    c.pretrain.demo_num_train, c.pretrain.batch_size = 2000, 64
     final = train_lib.train_and_evaluate(c, str(tmp_path / "w"))
     assert final["mlm_accuracy"] > 3 * final["mlm_unigram_accuracy"]
     assert final["mlm_loss"] < final["mlm_unigram_loss"] - 1.0
