@@ -86,7 +86,7 @@ def free_port() -> int:
 def start_server(args, port: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "jformer", "serve", "--workdir", args.workdir,
                "--host", HOST, "--port", str(port), "--no-access-log", "--log-level",
-               "warning", "--warmup-buckets", "2", *shlex.split(args.server_args)]
+               "warning", *shlex.split(args.server_args)]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     print("server:", " ".join(command[1:]), flush=True)
     return subprocess.Popen(command, env=env)

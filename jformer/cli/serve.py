@@ -31,7 +31,8 @@ LIMIT_FLAGS = {
     "max_queue": (int, "sentences waiting for a batch; beyond it: 503 with Retry-After"),
     "timeout_s": (float, "per-request deadline in seconds (504)"),
     "warmup_buckets": (int, "compile the default search for this many of the smallest "
-                            "length buckets, every batch size, before ready (0: none)"),
+                            "length buckets, every batch size, before ready (0: none; "
+                            "default: every bucket)"),
     "drain_s": (float, "on SIGTERM, how long requests in flight may take to finish"),
 }
 

@@ -31,7 +31,9 @@ class ServeLimits:
 
     Start and stop:
       warmup_buckets: compile the default search for this many of the smallest length
-        buckets, at every batch row count, before /v1/ready says ready (0: none).
+        buckets, at every batch row count, before /v1/ready says ready (0: none; None:
+        every bucket, so no request of the default settings compiles while serving and
+        memory does not step up later).
       drain_s: on SIGTERM, how long requests in flight may take to finish.
     """
 
@@ -44,7 +46,7 @@ class ServeLimits:
     max_wait_ms: float = 5.0
     max_queue: int = 1024
     timeout_s: float = 30.0
-    warmup_buckets: int = 1
+    warmup_buckets: int | None = None
     drain_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -53,7 +55,8 @@ class ServeLimits:
             _require_int(name, getattr(self, name), 1)
         if self.max_batch is not None:
             _require_int("max_batch", self.max_batch, 1)
-        _require_int("warmup_buckets", self.warmup_buckets, 0)
+        if self.warmup_buckets is not None:
+            _require_int("warmup_buckets", self.warmup_buckets, 0)
         for name in ("max_wait_ms", "timeout_s", "drain_s"):
             value = getattr(self, name)
             if (not isinstance(value, (int, float)) or isinstance(value, bool)

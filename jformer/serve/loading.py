@@ -97,9 +97,9 @@ def sentence_for_bucket(translator: Translator, bucket: int) -> str | None:
 
 
 def warm_up(translator: Translator, settings: SearchSettings, max_batch: int,
-            num_buckets: int, devices: int = 1) -> list[tuple[int, int]]:
-    """Compiles ``settings`` for the ``num_buckets`` smallest buckets at every padded
-    row count up to ``max_batch``; returns the (bucket, rows) shapes it ran."""
+            num_buckets: int | None, devices: int = 1) -> list[tuple[int, int]]:
+    """Compiles ``settings`` for the ``num_buckets`` smallest buckets (None: all) at every
+    padded row count up to ``max_batch``; returns the (bucket, rows) shapes it ran."""
     row_counts = sorted({padded_rows(n, max_batch, devices) for n in range(1, max_batch + 1)})
     done = []
     for bucket in translator.buckets[:num_buckets]:
