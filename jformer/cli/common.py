@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 
 def add_model_args(p: argparse.ArgumentParser, workdir_help: str | None = None) -> None:
@@ -88,3 +89,22 @@ def search_kwargs(args: argparse.Namespace) -> dict:
     return dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
                 max_len=args.max_len, method=args.method, temperature=args.temperature,
                 top_k=args.top_k, rng=jax.random.key(args.seed))
+
+
+# One sub-subcommand per format: (name, help, add_arguments(parser), run(args)).
+Format = tuple[str, str, Callable[[argparse.ArgumentParser], None],
+               Callable[[argparse.Namespace], None]]
+
+
+def add_formats(p: argparse.ArgumentParser, formats: tuple[Format, ...]) -> None:
+    """``jformer export FORMAT`` / ``jformer import FORMAT``: a required sub-subcommand per
+    entry of ``formats``; :func:`run_format` then calls the chosen one's ``run``."""
+    sub = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    for name, help_text, add, run in formats:
+        parser = sub.add_parser(name, help=help_text, description=help_text)
+        add(parser)
+        parser.set_defaults(format_run=run)
+
+
+def run_format(args: argparse.Namespace) -> None:
+    args.format_run(args)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from jformer.cli.common import add_model_args
+from jformer.cli.common import add_formats, add_model_args, run_format
 from jformer.interop import CT2_QUANTIZATIONS
 
 NAME = "export"
@@ -101,12 +101,7 @@ FORMATS = (("ctranslate2", "a CTranslate2 model directory (ctranslate2.Translato
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    formats = p.add_subparsers(dest="export_format", required=True, metavar="FORMAT")
-    for name, help_text, add, run_format in FORMATS:
-        sub = formats.add_parser(name, help=help_text, description=help_text)
-        add(sub)
-        sub.set_defaults(export_run=run_format)
+    add_formats(p, FORMATS)
 
 
-def run(args: argparse.Namespace) -> None:
-    args.export_run(args)
+run = run_format

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from jformer.cli.common import add_formats, run_format
+
 NAME = "import"
 HELP = "import a model trained elsewhere as a jformer workdir (marian: OPUS-MT)"
 
@@ -50,12 +52,7 @@ FORMATS = (("marian", "a Hugging Face Marian (OPUS-MT) model directory",
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    formats = p.add_subparsers(dest="import_format", required=True, metavar="FORMAT")
-    for name, help_text, add, run_format in FORMATS:
-        sub = formats.add_parser(name, help=help_text, description=help_text)
-        add(sub)
-        sub.set_defaults(import_run=run_format)
+    add_formats(p, FORMATS)
 
 
-def run(args: argparse.Namespace) -> None:
-    args.import_run(args)
+run = run_format

@@ -23,12 +23,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jformer import checkpoint, files
 from jformer.config import Config
 from jformer.data import finetuning
 from jformer.data.finetuning import Example
 from jformer.data.pretraining import Specials
 from jformer.data.tokenizer import Tokenizer
+from jformer.inference.workdir import load_workdir
 from jformer.model.bert import Bert
 from jformer.types import PyTree
 
@@ -58,13 +58,7 @@ class EncoderPredictor:
     @classmethod
     def from_checkpoint(cls, workdir: str | os.PathLike, checkpoint_dir: str | None = None,
                         step: int | None = None, **kwargs: Any) -> "EncoderPredictor":
-        workdir = os.fspath(workdir)
-        if not os.path.isdir(workdir):
-            raise FileNotFoundError(f"workdir not found: {workdir}")
-        cfg = files.load_config(workdir)
-        tokenizer = Tokenizer.load(files.tokenizer_path(cfg.data, workdir))
-        params = checkpoint.restore_params(checkpoint_dir or files.checkpoint_dir(workdir),
-                                           step)
+        cfg, tokenizer, params = load_workdir(workdir, checkpoint_dir, step)
         return cls(cfg, params, tokenizer, **kwargs)
 
     def set_params(self, params: PyTree) -> None:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jformer import checkpoint, files, search
+from jformer import search
 from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
@@ -30,6 +30,7 @@ from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_bat
 from jformer.inference import memory, segment
 from jformer.inference.keys import key_source, source_keys
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
+from jformer.inference.workdir import load_workdir
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
                                        join_hypotheses)
 from jformer.mesh import make_mesh
@@ -99,13 +100,7 @@ class Translator:
           step: the checkpoint step; None for the latest.
           decode_cfg: overrides the run's decode section.
         """
-        workdir = os.fspath(workdir)
-        if not os.path.isdir(workdir):
-            raise FileNotFoundError(f"workdir not found: {workdir}")
-        config = files.load_config(workdir)
-        tokenizer = Tokenizer.load(files.tokenizer_path(config.data, workdir))
-        params = checkpoint.restore_params(checkpoint_dir or files.checkpoint_dir(workdir),
-                                           step)
+        config, tokenizer, params = load_workdir(workdir, checkpoint_dir, step)
         check_params(config.model, params)
         kwargs.setdefault("source_lang", config.data.src_lang)
         return cls(config.model, params, tokenizer, decode_cfg or config.decode, **kwargs)

@@ -41,6 +41,7 @@ from tests.interop.marian_helpers import (build_marian_dir, demo_pairs, load_hf,
                                           padded, torch)
 
 from jformer import checkpoint, files  # noqa: E402
+from jformer.inference.workdir import load_workdir  # noqa: E402
 from jformer.cli import main  # noqa: E402
 from jformer.data.tokenizer import Tokenizer  # noqa: E402
 from jformer.inference import Translator  # noqa: E402
@@ -54,12 +55,6 @@ SOURCES = [s for s, _ in PAIRS]
 TARGETS = [t for _, t in PAIRS]
 MAX_LEN = 40  # output tokens, EOS included (HF: max_new_tokens)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def load_workdir(workdir):
-    config = files.load_config(workdir)
-    tokenizer = Tokenizer.load(files.tokenizer_path(config.data, workdir))
-    return config, tokenizer, checkpoint.restore_params(files.checkpoint_dir(workdir))
 
 
 @pytest.fixture(scope="module")
