@@ -34,6 +34,11 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
                    help="lines over model.max_len tokens: split (at sentences, clauses, "
                         "spaces; translated whole), truncate or error (default: the run's "
                         "decode.overlong)")
+    p.add_argument("--eos-candidates", choices=("all", "top_w"), default=None,
+                   help="beam search: which of a step's 2W candidates may finish with EOS; "
+                        "all (Flax WMT) or top_w (fairseq, Hugging Face, CTranslate2, "
+                        "Marian: their outputs exactly); default: the run's "
+                        "decode.eos_candidates")
     p.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="most bytes a decode batch's KV cache may take per device, e.g. "
                         "2GB or 512MiB: batches shrink to fit (default: the run's "
@@ -63,13 +68,14 @@ def load_translator(args: argparse.Namespace):
 
 
 def decode_overrides(args: argparse.Namespace):
-    """The run's decode config with --overlong / --memory-limit applied (None if
-    neither was given: the run's own)."""
+    """The run's decode config with --overlong / --eos-candidates / --memory-limit
+    applied (None if none was given: the run's own)."""
     import dataclasses
 
     from jformer import files
 
-    changes = {name: getattr(args, name) for name in ("overlong", "memory_limit")
+    changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates",
+                                                      "memory_limit")
                if getattr(args, name, None) is not None}
     if not changes:
         return None

@@ -53,7 +53,7 @@ import numpy as np
 from jax import export
 
 from jformer import checkpoint, files
-from jformer.config import DecodeConfig, ModelConfig
+from jformer.config import EOS_CANDIDATES, DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
 from jformer.inference.batch_decode import SearchSpec, decode_batch, output_matrix
@@ -109,6 +109,9 @@ class ExportSettings:
                                              and self.max_len <= model_cfg.max_len):
             raise ValueError(f"--max-len must be an int in [1, model.max_len="
                              f"{model_cfg.max_len}]; got {self.max_len!r}")
+        if self.eos_candidates not in EOS_CANDIDATES:
+            raise ValueError(f"decode.eos_candidates must be one of {EOS_CANDIDATES}; "
+                             f"got {self.eos_candidates!r}")
         unknown = [p for p in self.platforms if p not in PLATFORMS]
         if not self.platforms or unknown or len(set(self.platforms)) < len(self.platforms):
             raise ValueError(f"--platforms must name distinct platforms of {PLATFORMS}; "

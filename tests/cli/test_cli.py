@@ -371,3 +371,21 @@ def test_memory_limit_flag_is_checked_and_applied(workdir, reference, capsys, mo
                               "--quiet"], capsys, "Five.\nIt is late.\n", monkeypatch)
     assert status == 0
     assert out.split("\n")[:-1] == reference.translate(["Five.", "It is late."])
+
+
+def test_eos_candidates_flag_reaches_the_search(workdir):
+    """--eos-candidates overrides the run's decode.eos_candidates (the beam's EOS rule);
+    without it, or with another flag alone, the run's own stands."""
+    import argparse
+
+    from jformer.cli.common import add_search_args, decode_overrides
+    from jformer.config import DecodeConfig
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--workdir")
+    add_search_args(p)
+    assert decode_overrides(p.parse_args(["--workdir", workdir])) is None
+    top_w = decode_overrides(p.parse_args(["--workdir", workdir, "--eos-candidates", "top_w"]))
+    assert top_w.eos_candidates == "top_w" and DecodeConfig().eos_candidates == "all"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--workdir", workdir, "--eos-candidates", "best"])

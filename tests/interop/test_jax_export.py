@@ -225,3 +225,17 @@ def test_accelerator_programs_are_written_and_deserialize(tmp_path):
                 text = exp.mlir_module()
                 assert "optimization_barrier" not in text
                 assert custom_calls(text) <= PORTABLE_CUSTOM_CALLS, custom_calls(text)
+
+
+def test_settings_carry_the_runs_eos_rule_into_the_beam_spec():
+    """The export searches as the run's Translator: decode.eos_candidates reaches the
+    beam's SearchSpec and the manifest's settings; an unknown rule is refused."""
+    config = files.load_config(LEGACY)
+    decode = dataclasses.replace(config.decode, eos_candidates="top_w")
+    settings = jax_export.default_settings(config.model, decode)
+    assert settings.eos_candidates == "top_w"
+    assert settings.spec(20).eos_candidates == "top_w"
+    assert jax_export.default_settings(config.model, config.decode).spec(20).eos_candidates \
+        == "all"
+    with pytest.raises(ValueError, match="decode.eos_candidates must be one of"):
+        dataclasses.replace(settings, eos_candidates="best").check(config.model)
