@@ -174,7 +174,7 @@ def test_a_missing_splitter_is_a_clear_error_naming_the_sentence(translator, mon
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, beam", [("greedy", 1), pytest.param("beam", 3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 3)])
 def test_a_memory_limit_shrinks_batches_to_fit_and_changes_no_result(setup, monkeypatch,
                                                                      method, beam):
     cfg, params, tok = setup

@@ -176,7 +176,7 @@ def test_batch_equals_sentences_one_by_one_in_input_order(translator, beam_size)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("devices", [2, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("devices", [2, 4])
 def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
     if len(jax.local_devices()) < devices:
         pytest.skip(f"needs {devices} local devices (tests/conftest.py asks for 8)")

@@ -68,8 +68,8 @@ def test_auto_resolves_by_platform():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant, packed", [(v, False) for v in VARIANTS] + [(VARIANTS[0], True)]
-                         + [pytest.param(v, True, marks=pytest.mark.slow) for v in VARIANTS[1:]])
+@pytest.mark.parametrize("variant, packed", [(v, False) for v in VARIANTS]
+                         + [(v, True) for v in VARIANTS])
 def test_logits_loss_and_gradients_agree(variant, packed):
     cfg = dataclasses.replace(CFG, **variant)
     plain, cpu = pair(cfg)
@@ -159,8 +159,7 @@ class _Chars:
 @pytest.mark.parametrize("variant", [dict(), dict(norm="pre", tie_output=False),
                                      dict(activation="swish", output_bias=True,
                                           decoder_start="pad", bos_id=-1)])
-@pytest.mark.parametrize("method, beam", [("greedy", 1), pytest.param("beam", 3, marks=pytest.mark.slow),
-                                          ("beam", 4)])
+@pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 3), ("beam", 4)])
 def test_decoding_agrees(variant, method, beam):
     cfg = dataclasses.replace(CFG, max_len=24, **variant)
     params = noised_params(cfg, seed=3)

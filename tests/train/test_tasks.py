@@ -112,7 +112,7 @@ def pretrain_batch(rows=16):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("devices, accum", [
-    (8, 1), (1, 4), pytest.param(2, 2, marks=pytest.mark.slow)])
+    (8, 1), (1, 4), (2, 2)])
 def test_pretraining_step_is_exact_over_devices_and_accumulation(devices, accum):
     """MLM and NSP are each averaged over the global batch whatever the split."""
     cfg = from_config_dict(tiny_bert_config().to_dict(), vocab_size=53)
