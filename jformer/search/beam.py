@@ -35,11 +35,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer.config import EOS_CANDIDATES
 from jformer.kernels.topk import fast_top_k
 from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
                                  check_search_args, chunked_decode_loop, length_penalty)
-from jformer.config import EOS_CANDIDATES
 from jformer.types import PyTree
+
 
 # (state, parent_BW) -> state: hypothesis w of row b now extends beam parent_BW[b, w].
 Reorder = Callable[[PyTree, jax.Array], PyTree]

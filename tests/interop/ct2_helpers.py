@@ -78,8 +78,10 @@ def assert_same_search(translator: Translator, ct2_translator, sentences: list[s
     max_len, which CTranslate2 does not). Returns how many outputs ended in EOS.
     """
     method = "beam" if beam_size > 1 else "greedy"
-    translator = Translator(translator.model_cfg, translator.params, translator.tokenizer,
-                            dataclasses.replace(translator.decode_cfg, eos_candidates="top_w"))
+    if translator.decode_cfg.eos_candidates != "top_w":
+        translator = Translator(translator.model_cfg, translator.params, translator.tokenizer,
+                                dataclasses.replace(translator.decode_cfg,
+                                                    eos_candidates="top_w"))
     ours = translator.translate(sentences, beam_size=beam_size, alpha=0.0, max_len=max_len,
                                 return_scores=True, method=method)
     theirs = ct2_translator.translate_batch(ct2_pieces(translator, sentences),
