@@ -55,9 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         limits.add_argument("--" + name.replace("_", "-"), type=kind, default=default,
                             metavar="N" if kind is int else "X",
                             help=text + shown)
-    limits.add_argument("--no-merge-buckets", dest="merge_buckets", action="store_false",
-                        help="batch each length bucket alone (default: a batch with room "
-                             "takes shorter buckets' sentences of the same output limit)")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--no-access-log", action="store_true", help="no line per request")

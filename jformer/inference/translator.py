@@ -161,14 +161,14 @@ class Translator:
             raise OverlongError(f"{msg}; {hint}", index, f"{detail}; {hint}") from e
         return [ids_of[p] if len(ids_of[p]) > 1 else None for p in seg.pieces], seg
 
-    def _plan(self, sources: list[np.ndarray | None], rows_for: Callable[[int], int],
-              min_bucket: int = 0) -> list[tuple[int, list[int]]]:
-        """(bucket, source indices) per batch: by bucket (at least ``min_bucket``), sorted
-        by length inside, at most ``rows_for(bucket)`` sources a batch."""
+    def _plan(self, sources: list[np.ndarray | None], rows_for: Callable[[int], int]
+              ) -> list[tuple[int, list[int]]]:
+        """(bucket, source indices) per batch: by bucket, sorted by length inside, at
+        most ``rows_for(bucket)`` sources a batch."""
         by_bucket: dict[int, list[int]] = collections.defaultdict(list)
         for i in sorted((i for i, s in enumerate(sources) if s is not None),
                         key=lambda i: len(sources[i])):
-            by_bucket[bucket_for(max(len(sources[i]), min_bucket), self.buckets)].append(i)
+            by_bucket[bucket_for(len(sources[i]), self.buckets)].append(i)
         plan = []
         for bucket, idx in sorted(by_bucket.items()):
             rows = rows_for(bucket)
@@ -204,20 +204,12 @@ class Translator:
             return SearchSpec("sample", 1, max_len, top_k=top_k, chunk_size=self.chunk_size)
         return SearchSpec("greedy", 1, max_len, chunk_size=self.chunk_size)
 
-    def output_limit(self, bucket: int, max_len: int | None = None) -> int:
-        """Output positions a source of this bucket decodes to: ``max_len`` capped at
-        model.max_len, or by default the bucket's decode.max_len_a/b rule."""
-        if max_len is not None:
-            return min(max_len, self.model_cfg.max_len)
-        return output_len(bucket, self.model_cfg, self.decode_cfg, self.chunk_size)
-
     # ------------------------------------------------------------------ translation
     def translate(self, sentences: Sequence[str], beam_size: int | None = None,
                   alpha: float | None = None, max_len: int | None = None, n_best: int = 1,
                   return_scores: bool = False, method: str = "beam",
                   temperature: float | None = None, top_k: int | None = None,
-                  rng: Array | None = None, batch_size: int | None = None,
-                  min_bucket: int | None = None) -> list:
+                  rng: Array | None = None, batch_size: int | None = None) -> list:
         """Translates ``sentences``; results come back in input order.
 
         Args:
@@ -243,11 +235,6 @@ class Translator:
           batch_size: the most rows per compiled batch (default: decode_cfg.batch_size);
             a batch with fewer sentences runs on fewer rows (:func:`padded_rows`), and
             decode.memory_limit may cut it further so the cache fits.
-          min_bucket: pad every source to at least this length bucket (one of
-            :attr:`buckets`), so that sentences of shorter buckets share its batches
-            (the server fills batches so). Padding is masked; a sentence's result is the
-            same wherever :meth:`output_limit` of its own bucket and of the one it is
-            padded to agree (otherwise it may run to the larger limit).
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
           (an empty input gives a one-element list).
@@ -287,20 +274,18 @@ class Translator:
         split = np.array([seg is not None for pieces, seg in encoded for _ in pieces], bool)
         empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
         piece_hyps: list[list[Hypothesis]] = [[empty] for _ in sources]
-        if min_bucket is not None and min_bucket not in self.buckets:
-            raise ValueError(f"min_bucket must be one of the length buckets {self.buckets}; "
-                             f"got {min_bucket!r}")
         specs, caps = {}, {}
         for bucket in self.buckets:
-            specs[bucket] = self._spec(method, beam_size, self.output_limit(bucket, max_len),
-                                       top_k, n_best)
+            out_len = (output_len(bucket, self.model_cfg, cfg, self.chunk_size)
+                       if max_len is None else min(max_len, self.model_cfg.max_len))
+            specs[bucket] = self._spec(method, beam_size, out_len, top_k, n_best)
 
         def rows_for(bucket: int) -> int:  # checked only for buckets in use
             if bucket not in caps:
                 caps[bucket] = self._rows_that_fit(batch_size, bucket, specs[bucket])
             return caps[bucket]
 
-        for bucket, idx in self._plan(sources, rows_for, min_bucket or 0):
+        for bucket, idx in self._plan(sources, rows_for):
             rows = padded_rows(len(idx), caps[bucket],
                                1 if self.mesh is None else self.mesh.size)
             # Padding rows reuse a real row's key (their samples are discarded).

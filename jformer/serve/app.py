@@ -63,7 +63,6 @@ class ServerState:
                                max_batch_tokens=limits.max_batch_tokens,
                                max_wait_s=limits.max_wait_ms / 1000.0,
                                max_queue=limits.max_queue, devices=devices,
-                               merge_buckets=limits.merge_buckets,
                                metrics=self.metrics)
         self.phase = "loading"
         self.error: BaseException | None = None

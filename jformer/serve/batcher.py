@@ -10,12 +10,7 @@ that only settings that decode alike share (greedy ignores beam and sampling kno
 
 A group is decoded when it is full (``max_batch`` sentences or ``max_batch_tokens``
 padded source tokens) or when its oldest sentence has waited ``max_wait_s``; among the
-groups due, the one with the oldest sentence goes first (no group starves). A batch
-with room is then topped up from the other buckets of the same settings whose output
-limit (``Translator.output_limit``) is the same, all padded to the longest of them
-(``translate(..., min_bucket=)``): padding is masked and the output limit unchanged, so
-every sentence gets the result it would get alone, and a few clients with sentences of
-mixed lengths fill one batch instead of several small ones. While the
+groups due, the one with the oldest sentence goes first (no group starves). While the
 thread decodes, newcomers queue up, so under load batches grow by themselves and an idle
 server answers a lone request after at most ``max_wait_s``, as Triton's dynamic batcher
 does with max_queue_delay.
@@ -191,19 +186,16 @@ class Batcher:
     Set ``translator`` (a :class:`jformer.inference.Translator`) before the first
     :meth:`submit`; it may be loaded on the decoder thread itself through :meth:`call`.
     ``max_batch`` is the Translator's ``batch_size`` for these batches (a multiple of
-    ``devices``). ``merge_buckets``: a batch with room takes sentences of other buckets
-    whose output limit is the same, padded to the longest (see :meth:`_take`).
+    ``devices``).
     """
 
     def __init__(self, *, max_batch: int, max_batch_tokens: int, max_wait_s: float,
-                 max_queue: int, devices: int = 1, merge_buckets: bool = True,
-                 metrics: Metrics | None = None,
+                 max_queue: int, devices: int = 1, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.translator = None
         self.devices = devices  # the Translator's; batches pad to multiples of it
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self.max_wait_s, self.max_queue = max_wait_s, max_queue
-        self.merge_buckets = merge_buckets
         self.metrics = metrics or Metrics()
         self._clock = clock
         self._cond = threading.Condition()
@@ -292,7 +284,7 @@ class Batcher:
                     return "call", self._calls.popleft()
                 key, wait = self._due(self._clock())
                 if key is not None:
-                    key, units = self._take(key)
+                    units = self._take(key)
                     if units:
                         return "batch", (key, units)
                     continue  # only abandoned sentences were there
@@ -317,42 +309,27 @@ class Batcher:
         return (len(units) >= self.max_batch
                 or len(units) * key[1] >= self.max_batch_tokens)
 
-    def _take(self, key: GroupKey) -> tuple[GroupKey, list[_Unit]]:
-        """Pops the next batch: the due group's sentences first, then (with
-        ``merge_buckets``) waiting sentences of the same settings from the other buckets
-        that decode to the same output limit, longest bucket first, all padded to the
-        longest of those buckets; at most max_batch sentences and, beyond one sentence,
-        max_batch_tokens padded tokens. Abandoned sentences are dropped. Returns the
-        batch's (settings, bucket) and its sentences."""
-        settings, bucket = key
-        mates = [key]
-        if self.merge_buckets and self.translator is not None:
-            limit = self.translator.output_limit(bucket, settings.max_len)
-            mates += sorted((k for k in self._groups if k[0] == settings and k != key
-                             and self.translator.output_limit(k[1], settings.max_len)
-                             == limit), key=lambda k: -k[1])
+    def _take(self, key: GroupKey) -> list[_Unit]:
+        """Pops the group's next batch (at most max_batch sentences and, beyond one
+        sentence, max_batch_tokens padded tokens), dropping abandoned sentences."""
+        units = self._groups[key]
+        cap = min(self.max_batch, max(1, self.max_batch_tokens // key[1]))
         batch: list[_Unit] = []
-        padded_to = bucket
-        for mate in mates:
-            size = max(padded_to, mate[1])  # what the batch pads to if it joins
-            cap = min(self.max_batch, max(1, self.max_batch_tokens // size))
-            units = self._groups[mate]
-            while units and len(batch) < cap:
-                unit = units.popleft()
-                self._queued -= 1
-                if not unit.job.closed:
-                    batch.append(unit)
-                    padded_to = size
-            if not units:
-                del self._groups[mate]
+        while units and len(batch) < cap:
+            unit = units.popleft()
+            self._queued -= 1
+            if not unit.job.closed:
+                batch.append(unit)
+        if not units:
+            del self._groups[key]
         self.metrics.queue_depth.set(self._queued)
-        return (settings, padded_to), batch
+        return batch
 
     def _decode(self, key: GroupKey, units: list[_Unit]) -> None:
         """One decoder batch; every job in it gets its results or the error, and the
         thread goes on whatever happened."""
         try:
-            hyps, seconds, start = self._translate(key, units)
+            hyps, seconds, start = self._translate(key[0], units)
             if len(hyps) != len(units):
                 raise RuntimeError(f"translate() gave {len(hyps)} results for "
                                    f"{len(units)} sentences")
@@ -371,10 +348,9 @@ class Batcher:
             for job in {id(u.job): u.job for u in units}.values():
                 job._fail(e)
 
-    def _translate(self, key: GroupKey, units: list[_Unit]
+    def _translate(self, settings: SearchSettings, units: list[_Unit]
                    ) -> tuple[list[list], float, float]:
         """(n_best hypotheses per unit, decode seconds, start time)."""
-        settings, bucket = key
         start = self._clock()
         # Pad the sentence list to the rows the Translator pads the batch to anyway (the
         # last sentence again; its copies' results are dropped): decoding costs the
@@ -388,7 +364,6 @@ class Batcher:
                 np.stack([u.job.key_data(u.index) for u in padded]))
         hyps = self.translator.translate(
             [u.job.sentences[u.index] for u in padded], return_scores=True,
-            batch_size=self.max_batch, rng=rng, min_bucket=bucket,
-            **settings.translate_kwargs())
+            batch_size=self.max_batch, rng=rng, **settings.translate_kwargs())
         hyps = [h if isinstance(h, list) else [h] for h in hyps[:len(units)]]
         return hyps, self._clock() - start, start

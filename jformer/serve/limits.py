@@ -28,9 +28,6 @@ class ServeLimits:
       max_queue: sentences waiting for a batch; a request that would pass it gets 503
         with Retry-After at once.
       timeout_s: per request, from arrival to answer; past it: 504.
-      merge_buckets: a batch with room takes waiting sentences of other length buckets
-        (same settings, same output limit), padded to the longest; results are the
-        same, batches fuller (``--no-merge-buckets``: each bucket batches alone).
 
     Start and stop:
       warmup_buckets: compile the default search for this many of the smallest length
@@ -49,7 +46,6 @@ class ServeLimits:
     max_wait_ms: float = 5.0
     max_queue: int = 1024
     timeout_s: float = 30.0
-    merge_buckets: bool = True
     warmup_buckets: int | None = None
     drain_s: float = 30.0
 
@@ -59,8 +55,6 @@ class ServeLimits:
             _require_int(name, getattr(self, name), 1)
         if self.max_batch is not None:
             _require_int("max_batch", self.max_batch, 1)
-        if not isinstance(self.merge_buckets, bool):
-            raise ValueError(f"merge_buckets must be a bool; got {self.merge_buckets!r}")
         if self.warmup_buckets is not None:
             _require_int("warmup_buckets", self.warmup_buckets, 0)
         for name in ("max_wait_ms", "timeout_s", "drain_s"):

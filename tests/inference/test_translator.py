@@ -263,32 +263,6 @@ def test_short_batches_run_on_fewer_rows(translator, monkeypatch):
     assert translator.translate(["It is late."] + SHORT[:3], method="greedy")[0] == one[0]
 
 
-def test_min_bucket_pads_sources_up_and_keeps_results_where_the_limits_agree(
-        translator, monkeypatch):
-    assert [translator.output_limit(b) for b in translator.buckets] == [
-        bucketing.output_len(b, translator.model_cfg, DECODE, CHUNK)
-        for b in translator.buckets]
-    assert translator.output_limit(16, max_len=12) == translator.output_limit(32, 12) == 12
-    assert translator.output_limit(16, max_len=1000) == translator.model_cfg.max_len
-    shapes, decode_batch = [], batch_decode.decode_batch
-
-    def recording(params, output_DV, inputs_BS, *args, **kwargs):
-        shapes.append(inputs_BS.shape)
-        return decode_batch(params, output_DV, inputs_BS, *args, **kwargs)
-
-    monkeypatch.setattr(translate, "decode_batch", recording)
-    own = translator.translate(SHORT[:3], beam_size=3, max_len=12, return_scores=True)
-    padded = translator.translate(SHORT[:3], beam_size=3, max_len=12, return_scores=True,
-                                  min_bucket=32)
-    assert shapes == [(2, 16), (2, 32)]  # two sentences and "": in bucket 16, then 32
-    assert [h.text for h in padded] == [h.text for h in own]
-    np.testing.assert_allclose([h.score for h in padded], [h.score for h in own],
-                               rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match=r"min_bucket must be one of the length buckets "
-                                         r"\(16, 32, 40\); got 20"):
-        translator.translate(["Five."], min_bucket=20)
-
-
 def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator):
     cfg = translator.model_cfg
     spec = translator._spec("greedy", 1, 24, 0, 1)  # the 16-token bucket's

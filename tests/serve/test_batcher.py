@@ -32,7 +32,6 @@ class Recording:
 
     def __init__(self, inner):
         self.inner, self.calls = inner, []
-        self.output_limit = inner.output_limit
 
     def translate(self, sentences, **kwargs):
         self.calls.append((list(sentences), {k: v for k, v in kwargs.items() if k != "rng"}))
@@ -43,16 +42,12 @@ class Upper:
     """A fake translator: upper-cases; waits on ``gate``; raises on a sentence "BAD"."""
 
     def __init__(self):
-        self.calls, self.min_buckets, self.gate = [], [], threading.Event()
+        self.calls, self.gate = [], threading.Event()
         self.gate.set()
-
-    def output_limit(self, bucket, max_len=None):  # every bucket alike: buckets merge
-        return 32 if max_len is None else max_len
 
     def translate(self, sentences, **kwargs):
         self.gate.wait(30)
         self.calls.append(list(sentences))
-        self.min_buckets.append(kwargs.get("min_bucket"))
         if "BAD" in sentences:
             raise RuntimeError("the decoder blew up")
         return [Hypothesis(s.upper(), -1.0, np.zeros(2, np.int32), True) for s in sentences]
@@ -275,54 +270,6 @@ def test_sentences_of_two_buckets_form_two_batches(translator):
                                                    GREEDY, loop)])
     assert sorted(c[0] for c in recording.calls) == [[LONG], [SENTENCES[0]]]
     assert texts(result) == translator.translate([SENTENCES[0], LONG], method="greedy")
-
-
-def test_buckets_of_one_output_limit_share_a_batch_with_the_results_they_get_alone(
-        translator):
-    # With a max_len every bucket decodes to the same limit: SENTENCES[0] (bucket 16) is
-    # padded into LONG's bucket-32 batch, and both get the results of a lone decode.
-    recording = Recording(translator)
-    batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.3, max_queue=64)
-    batcher.translator = recording
-    capped = SearchSettings.normalized("beam", beam_size=2, alpha=0.6, n_best=1, max_len=12,
-                                       temperature=1.0, top_k=0)
-    pair = [SENTENCES[0], LONG]
-    (result,) = run(batcher, lambda loop: [job_for(translator, pair, capped, loop)])
-    assert [(sorted(c[0]), c[1]["min_bucket"]) for c in recording.calls] == [(sorted(pair), 32)]
-    for sentence, hyps in zip(pair, result):
-        (alone,) = translator.translate([sentence], return_scores=True,
-                                        **capped.translate_kwargs())
-        assert hyps[0].text == alone.text
-        np.testing.assert_allclose(hyps[0].score, alone.score, rtol=1e-5, atol=1e-5)
-    # --no-merge-buckets: one batch per bucket.
-    recording.calls.clear()
-    alone = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.3, max_queue=64,
-                    merge_buckets=False)
-    alone.translator = recording
-    (kept,) = run(alone, lambda loop: [job_for(translator, pair, capped, loop)])
-    assert sorted((c[0], c[1]["min_bucket"]) for c in recording.calls) == [
-        ([LONG], 32), ([SENTENCES[0]], 16)]
-    assert texts(kept) == texts(result)
-
-
-@pytest.mark.parametrize("max_tokens, want", [
-    # 128 tokens hold 4 rows of 32: the oldest group (16) goes first and takes one
-    # sentence of bucket 32, so the batch pads to 32.
-    (128, [(["a", "b", "c", "x"], 32), (["y", "z"], 32), (["m"], 16)]),
-    # 96 hold only 3 rows of 32: nothing joins, the batch stays at 16.
-    (96, [(["a", "b", "c", "c"], 16), (["x", "y", "z", "z"], 32), (["m"], 16)]),
-])
-def test_a_due_group_goes_first_then_fills_from_the_other_buckets(max_tokens, want):
-    upper = Upper()
-    batcher = Batcher(max_batch=4, max_batch_tokens=max_tokens, max_wait_s=0.05,
-                      max_queue=64)
-    batcher.translator = upper
-    results = run(batcher, lambda loop: [
-        fake_job(["a"], loop, bucket=16), fake_job(["b", "c"], loop, bucket=16),
-        fake_job(["x"], loop, bucket=32), fake_job(["y", "z"], loop, bucket=32),
-        fake_job(["m"], loop, setting=settings("beam"), bucket=16)])  # never joins
-    assert sorted(zip(upper.calls, upper.min_buckets)) == sorted(want)
-    assert [texts(r) for r in results] == [["A"], ["B", "C"], ["X"], ["Y", "Z"], ["M"]]
 
 
 def test_batches_reach_the_translator_padded_to_their_compiled_row_count():

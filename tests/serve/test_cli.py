@@ -5,7 +5,6 @@ while they wait, and checks each still gets its translation (the fixture's recor
 greedy outputs), new connections are refused, and the process exits 0.
 """
 import concurrent.futures
-import dataclasses
 import json
 import os
 import shutil
@@ -145,16 +144,3 @@ def test_bad_paths_and_limits_fail_before_binding_with_one_line(tmp_path, capsys
     assert "--max-wait-ms must be a finite number >= 0; got -1.0" in capsys.readouterr().err
     assert cli.main(["serve", "--workdir", WORKDIR, "--max-batch", "3", "--devices", "2"]) == 1
     assert "--max-batch (3) must be a multiple of --devices (2)" in capsys.readouterr().err
-
-
-def test_every_limit_has_a_flag_and_merging_can_be_switched_off():
-    from jformer.serve.limits import ServeLimits
-
-    parser = cli.build_parser()
-    fields = [f.name for f in dataclasses.fields(ServeLimits)]
-    args = parser.parse_args(["serve", "--workdir", WORKDIR])
-    assert ServeLimits(**{n: getattr(args, n) for n in fields}) == ServeLimits()
-    args = parser.parse_args(["serve", "--workdir", WORKDIR, "--no-merge-buckets"])
-    assert args.merge_buckets is False
-    with pytest.raises(ValueError, match="merge_buckets must be a bool; got 1"):
-        ServeLimits(merge_buckets=1)
