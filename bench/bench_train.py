@@ -1,12 +1,12 @@
-"""Train-step speed: target tokens/s, step time, peak memory and MFU (small / base configs).
+"""Train-step speed: target tokens/s, step time, peak memory and MFU (small / base / big).
 
     python bench/bench_train.py [--configs small,base] [--dtypes float32,bfloat16]
-        [--steps 20] [--base-steps 10] [--warmup 2] [--dropout 0.1]
+        [--batch 64] [--steps 20] [--base-steps 10] [--warmup 2] [--dropout 0.1]
         [--malloc hugepages|glibc] [--max-wait 60] [--no-probe] [--json PATH]
 
 Runs the real jformer train step (``make_train_step`` + ``DataParallel`` over a one-device
 mesh, donated state, Adam on the paper's schedule, label smoothing 0.1, dropout 0.1) on a
-batch of 64 rows x 32 source x 32 target tokens: random ids from a fixed seed, every row
+batch of 64 rows (``--batch``) x 32 source x 32 target tokens: random ids from a fixed seed, every row
 full length (no padding), as the peer scripts in ../shared/bench do. Each (config, dtype)
 runs in its own subprocess so its peak RSS (``ru_maxrss``) belongs to that measurement
 alone. Step time is the median of the timed steps after warm-up; the first (compiling)
@@ -66,6 +66,9 @@ CONFIGS = {
                   num_encoder_layers=3, num_decoder_layers=3),
     "base": dict(vocab_size=32768, d_model=512, num_heads=8, d_ff=2048,
                  num_encoder_layers=6, num_decoder_layers=6),
+    # the paper's Transformer (big), table 3; bench/scaling.py gives the peers the same
+    "big": dict(vocab_size=32768, d_model=1024, num_heads=16, d_ff=4096,
+                num_encoder_layers=6, num_decoder_layers=6),
 }
 DTYPES = ("float32", "bfloat16")
 PROBE_SHAPE = (2048, 512, 2048)  # M x K x N
@@ -76,10 +79,11 @@ MALLOC_ENV = {"hugepages": HUGEPAGE_ENV, "glibc": {}}
 
 def _parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--configs", default="small,base", help="comma list of small, base")
+    p.add_argument("--configs", default="small,base", help="comma list of small, base, big")
+    p.add_argument("--batch", type=int, default=BATCH, help="sentences per step")
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma list of compute dtypes")
     p.add_argument("--steps", type=int, default=20, help="timed steps (small)")
-    p.add_argument("--base-steps", type=int, default=10, help="timed steps for base")
+    p.add_argument("--base-steps", type=int, default=10, help="timed steps for base, big")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps incl. the compile")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--kernels", default="auto",
@@ -96,15 +100,15 @@ def _parse(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def model_flops(cfg) -> float:
-    """Model FLOPs of one train step (forward + backward) at BATCH x SRC_LEN x TGT_LEN."""
+def model_flops(cfg, batch: int = BATCH) -> float:
+    """Model FLOPs of one train step (forward + backward) at batch x SRC_LEN x TGT_LEN."""
     d, f, v = cfg.d_model, cfg.d_ff, cfg.vocab_size
-    n_src, n_tgt = BATCH * SRC_LEN, BATCH * TGT_LEN
+    n_src, n_tgt = batch * SRC_LEN, batch * TGT_LEN
     enc = 6 * (4 * d * d + 2 * d * f) * n_src * cfg.num_encoder_layers
     dec = 6 * ((6 * d * d + 2 * d * f) * n_tgt + 2 * d * d * n_src) * cfg.num_decoder_layers
     attn_rows = (cfg.num_encoder_layers * SRC_LEN * SRC_LEN
                  + cfg.num_decoder_layers * (TGT_LEN * TGT_LEN + TGT_LEN * SRC_LEN))
-    attn = 3 * 4 * attn_rows * d * BATCH
+    attn = 3 * 4 * attn_rows * d * batch
     out = 6 * n_tgt * d * v
     return float(enc + dec + attn + out)
 
@@ -176,16 +180,17 @@ def _probe() -> dict:
     return out
 
 
-def _batches(vocab_size: int, count: int = 4) -> list[dict]:
+def _batches(vocab_size: int, batch: int, count: int = 4) -> list[dict]:
     import numpy as np
     rng = np.random.default_rng(0)
     # ids from 4 up: never PAD/BOS/EOS/UNK, so every position is a real token
-    return [{"inputs": rng.integers(4, vocab_size, (BATCH, SRC_LEN), dtype=np.int32),
-             "targets": rng.integers(4, vocab_size, (BATCH, TGT_LEN), dtype=np.int32)}
+    return [{"inputs": rng.integers(4, vocab_size, (batch, SRC_LEN), dtype=np.int32),
+             "targets": rng.integers(4, vocab_size, (batch, TGT_LEN), dtype=np.int32)}
             for _ in range(count)]
 
 
-def _build(config: str, dtype: str, dropout: float, kernels: str = "auto"):
+def _build(config: str, dtype: str, dropout: float, kernels: str = "auto",
+           batch: int = BATCH):
     """The compiled one-device train step, its state and 4 device batches."""
     import jax
     from jformer.config import ModelConfig, TrainConfig
@@ -203,16 +208,16 @@ def _build(config: str, dtype: str, dropout: float, kernels: str = "auto"):
     dp = DataParallel(make_mesh(jax.devices()[:1]))  # what a one-CPU user runs
     step = dp.compile(make_train_step(model, tx, label_smoothing=tcfg.label_smoothing,
                                       pad_id=cfg.pad_id, schedule=schedule))
-    host_batches = _batches(cfg.vocab_size)
+    host_batches = _batches(cfg.vocab_size, batch)
     state = dp.put_state(create_train_state(model, tx, tcfg.seed, host_batches[0]))
     return cfg, dp, step, state, [dp.put_batch(b) for b in host_batches]
 
 
 def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
-             max_wait_s: float, kernels: str = "auto") -> dict:
+             max_wait_s: float, kernels: str = "auto", batch: int = BATCH) -> dict:
     """One (config, dtype, kernels) row; run in its own process."""
     import jax
-    cfg, dp, step, state, batches = _build(config, dtype, dropout, kernels)
+    cfg, dp, step, state, batches = _build(config, dtype, dropout, kernels, batch)
     params = sum(x.size for x in jax.tree.leaves(state.params))
     gate = QuietGate(max_wait_s)
     times, faults, first_s, i = [], [], None, 0
@@ -232,14 +237,14 @@ def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
     loss = dp.get_metrics(metrics)
     if loss["nonfinite"]:
         raise RuntimeError(f"{config}/{dtype}: non-finite loss {loss}")
-    return {"config": config, "dtype": dtype, "kernels": kernels,
+    return {"config": config, "dtype": dtype, "kernels": kernels, "batch": batch,
             "kernels_resolved": "cpu" if cfg.cpu_kernels else "plain", "params": params,
             "first_step_s": first_s,
             "step_s": statistics.median(times), "steps": steps, "spread": (min(times), max(times)),
             "dropped": gate.dropped, "contended_kept": gate.contended_kept,
             "waited_s": gate.waited_s, "loss_per_token": loss["loss"] / loss["tokens"],
             "page_faults_per_step": statistics.median(faults),
-            "flops": model_flops(cfg), "peak_rss_mib": _peak_rss_mib()}
+            "flops": model_flops(cfg, batch), "peak_rss_mib": _peak_rss_mib()}
 
 
 def _peak_rss_mib() -> float:
@@ -251,7 +256,7 @@ def _run_worker(spec: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", spec,
            "--steps", str(args.steps), "--base-steps", str(args.base_steps),
            "--warmup", str(args.warmup), "--dropout", str(args.dropout), "--malloc", args.malloc,
-           "--max-wait", str(args.max_wait)]
+           "--max-wait", str(args.max_wait), "--batch", str(args.batch)]
     env = dict(os.environ)
     for name, value in MALLOC_ENV[args.malloc].items():  # appended to the caller's tunables
         if value not in env.get(name, "").split(":"):
@@ -267,9 +272,9 @@ def _worker_main(args: argparse.Namespace) -> None:
         print(json.dumps(_probe()))
         return
     config, dtype, kernels = args.worker.split(":")
-    steps = args.base_steps if config == "base" else args.steps
+    steps = args.steps if config == "small" else args.base_steps
     print(json.dumps(_measure(config, dtype, steps, max(args.warmup, 1), args.dropout,
-                              args.max_wait, kernels)))
+                              args.max_wait, kernels, args.batch)))
 
 
 def _table(rows: list[dict], probe: dict | None) -> str:
@@ -302,6 +307,8 @@ def main(argv=None) -> None:
         _worker_main(args)
         return
     configs = [c for c in args.configs.split(",") if c]
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1; got {args.batch}")
     dtypes = [d for d in args.dtypes.split(",") if d]
     for c in configs:
         if c not in CONFIGS:
@@ -321,10 +328,10 @@ def main(argv=None) -> None:
     for c, d, k in itertools.product(configs, dtypes, kernel_sets):
         rows.append(_run_worker(f"{c}:{d}:{k}", args))
         r = rows[-1]
-        r["tgt_tokens_per_s"] = BATCH * TGT_LEN / r["step_s"]
+        r["tgt_tokens_per_s"] = args.batch * TGT_LEN / r["step_s"]
         print(f"  {c} {d} {k}: {r['step_s']:.3f} s/step, {r['tgt_tokens_per_s']:,.0f} tok/s, "
               f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)
-    print(f"\n### Train step, batch {BATCH} x {SRC_LEN} src x {TGT_LEN} tgt, "
+    print(f"\n### Train step, batch {args.batch} x {SRC_LEN} src x {TGT_LEN} tgt, "
           f"dropout {args.dropout}, label smoothing 0.1, Adam, 1 device, "
           f"malloc {args.malloc} {MALLOC_ENV[args.malloc] or ''}\n")
     print(_table(rows, probe))

@@ -27,7 +27,8 @@ peer...); odd rounds start with a peer. A figure is the median over the rounds a
 ratio a ratio of medians, so both sides see the same hours of the machine. Every
 process, jformer's and the peers', runs with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (as
 jformer's train.py does), and the output says so. A peer that is not installed is
-reported with how to install it; the others still run.
+reported with how to install it; the others still run. Each record of ``--out`` also holds
+the process's own peak RSS (``wait4``'s ru_maxrss; bench/scaling.py tabulates it).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,15 +248,14 @@ def interleaved(ours: list[Job], theirs: list[Job], peer_first: bool) -> list[Jo
 
 # ------------------------------------------------------------------------ running
 def run_job(job: Job, env: dict, timeout: float, cwd: str) -> dict:
-    """Runs the job's process; {"tok_s": ..., "result": ...} or {"error": ...}."""
+    """Runs the job's process; {"tok_s": ..., "peak_rss_mib": ..., "result": ...} or
+    {"error": ...}. The peak RSS is the process's own (``wait4``'s ru_maxrss)."""
     argv = job.argv + (["--json", job.json_path] if job.json_path else [])
     start = time.perf_counter()
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout:.0f} s"}
+    done = run_measured(argv, env, timeout, cwd)
     wall = time.perf_counter() - start
+    if done.timed_out:
+        return {"error": f"timeout after {timeout:g} s"}
     if done.returncode:
         return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
     try:
@@ -264,9 +265,46 @@ def run_job(job: Job, env: dict, timeout: float, cwd: str) -> dict:
         else:
             line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
             result = json.loads(line[len("RESULT "):])
-        return {"tok_s": float(result[job.key]), "wall_s": wall, "result": result}
+        return {"tok_s": float(result[job.key]), "wall_s": wall,
+                "peak_rss_mib": done.peak_rss_mib, "result": result}
     except (IndexError, KeyError, ValueError, OSError) as e:
         return {"error": f"no result ({e!r}): {done.stdout.strip()[-800:]}"}
+
+
+@dataclasses.dataclass
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    peak_rss_mib: float  # the process's own peak resident memory (not its children's)
+    timed_out: bool
+
+
+def run_measured(argv: list[str], env: dict, timeout: float, cwd: str) -> Finished:
+    """Runs argv to its end (killed after ``timeout`` s) and reaps it with ``wait4``, which
+    gives that one process's peak RSS (``subprocess.run`` reaps without it). Linux carries
+    the spawner's RSS high-water mark into the child's ru_maxrss across exec, so the
+    figure is max(the child's own peak, this process's RSS at the spawn): this script
+    stays near 20 MB, below every measured process."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
+        killed = threading.Event()
+
+        def kill() -> None:
+            killed.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait
+        out.seek(0)
+        err.seek(0)
+        return Finished(proc.returncode, out.read(), err.read(), usage.ru_maxrss / 1024,
+                        killed.is_set())
 
 
 def prepare_ct2(args, env: dict, tmp: str) -> tuple[str, str]:

@@ -3,8 +3,10 @@ process gets, CTranslate2's thread settings, medians and best settings, the rati
 and what it says about a peer that is not installed."""
 import argparse
 import importlib.util
+import json
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -101,3 +103,37 @@ def test_a_missing_peer_is_reported_with_how_to_install_it(tmp_path, monkeypatch
     assert "cannot import torch, transformers, ctranslate2" in missing["ct2"]
     with pytest.raises(SystemExit):
         compare._parse(["--peers", "flax,fairseq"])
+
+
+def test_a_process_is_measured_with_its_own_peak_memory_and_killed_at_the_timeout(tmp_path):
+    grow = "import sys; b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096]); " \
+           "print('RESULT {\"tok\": 5}'); print('err', file=sys.stderr)"
+    # Linux carries the spawner's RSS high-water mark into a child's ru_maxrss (across
+    # exec), so the figure is max(the child's own peak, the spawner's RSS then): measure
+    # from a small spawner, as compare.py (~20 MB) is, not from this test process.
+    spawner = f"""
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("c", {PATH!r})
+c = importlib.util.module_from_spec(spec); sys.modules["c"] = c; spec.loader.exec_module(c)
+env, cwd = dict(os.environ), {str(tmp_path)!r}
+big = c.run_measured([sys.executable, "-c", {grow!r}], env, 60, cwd)
+small = c.run_measured([sys.executable, "-c", "pass"], env, 60, cwd)
+job = c.run_job(c.Job("g", "e", [sys.executable, "-c", {grow!r}], "tok"), env, 60, cwd)
+print(json.dumps([big.__dict__, small.__dict__, job]))
+"""
+    done = subprocess.run([sys.executable, "-c", spawner], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    big, small, job = json.loads(done.stdout)
+    assert (big["returncode"], big["timed_out"]) == (0, False)
+    assert big["stdout"].strip() == 'RESULT {"tok": 5}' and big["stderr"].strip() == "err"
+    assert 200 < big["peak_rss_mib"] < 400
+    assert small["peak_rss_mib"] < 100  # its own peak, not the earlier child's
+    assert job["tok_s"] == 5.0 and 200 < job["peak_rss_mib"] < 400
+    slow = compare.run_measured([sys.executable, "-c", "import time; time.sleep(60)"],
+                                dict(os.environ), 0.5, str(tmp_path))
+    assert slow.timed_out and slow.returncode != 0
+    assert compare.run_job(compare.Job("g", "e", [sys.executable, "-c",
+                                                  "import time; time.sleep(60)"], "tok"),
+                           dict(os.environ), 0.5, str(tmp_path)) == {
+        "error": "timeout after 0.5 s"}
