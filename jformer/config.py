@@ -258,9 +258,13 @@ class DecodeConfig:
     # T5X) | top_w: only those among the W best (fairseq, Hugging Face, CTranslate2,
     # Marian; gives their outputs exactly). jformer.search.beam says more.
     eos_candidates: str = "all"
+    # model: decode in model.dtype | float32 | bfloat16: bf16 weight matrices, activations
+    # and KV cache (jformer.inference.precision; its BLEU cost: docs/results.md)
+    dtype: str = "model"
 
     def __post_init__(self) -> None:
         s = "decode"
+        _check_choice(s, "dtype", self.dtype, ("model",) + DTYPES)
         _check_positive(s, "beam_size", self.beam_size)
         _check_positive(s, "batch_size", self.batch_size)
         _check_number(s, "alpha", self.alpha, 0)

@@ -43,6 +43,10 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
                    help="most bytes a decode batch's KV cache may take per device, e.g. "
                         "2GB or 512MiB: batches shrink to fit (default: the run's "
                         "decode.memory_limit; 0: none)")
+    p.add_argument("--dtype", choices=("model", "float32", "bfloat16"), default=None,
+                   help="decoding precision: model (the run's model.dtype), float32, or "
+                        "bfloat16 (bf16 weight matrices, activations and KV cache); "
+                        "default: the run's decode.dtype")
     p.add_argument("--devices", type=int, default=1,
                    help="decode each batch data-parallel over this many local devices; "
                         "the batch size must be a multiple (on a CPU: its cores split "
@@ -68,14 +72,14 @@ def load_translator(args: argparse.Namespace):
 
 
 def decode_overrides(args: argparse.Namespace):
-    """The run's decode config with --overlong / --eos-candidates / --memory-limit
-    applied (None if none was given: the run's own)."""
+    """The run's decode config with --overlong / --eos-candidates / --memory-limit /
+    --dtype applied (None if none was given: the run's own)."""
     import dataclasses
 
     from jformer import files
 
     changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates",
-                                                      "memory_limit")
+                                                      "memory_limit", "dtype")
                if getattr(args, name, None) is not None}
     if not changes:
         return None

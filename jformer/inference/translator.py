@@ -29,6 +29,7 @@ from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_bat
                                             encode_and_init, make_step_fn, output_matrix)
 from jformer.inference import memory, segment
 from jformer.inference.keys import key_source, source_keys
+from jformer.inference.precision import for_decoding
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
 from jformer.inference.workdir import load_workdir
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
@@ -73,8 +74,9 @@ class Translator:
         if not isinstance(devices, int) or not 1 <= devices <= len(local):
             raise ValueError(f"devices must be an int in [1, {len(local)}] (the local "
                              f"devices: {local[0].platform} x {len(local)}); got {devices!r}")
-        self.model_cfg = model_cfg
         self.decode_cfg = decode_cfg or DecodeConfig()
+        model_cfg, params = for_decoding(model_cfg, self.decode_cfg, params)
+        self.model_cfg = model_cfg
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.source_lang = source_lang

@@ -58,6 +58,7 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
 from jformer.inference.batch_decode import SearchSpec, decode_batch, output_matrix
 from jformer.inference.buckets import output_len, source_buckets
+from jformer.inference.precision import decoding_config
 from jformer.types import Array, PyTree
 
 FORMAT, FORMAT_VERSION = "jformer-jax-export", 1
@@ -295,6 +296,9 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
     tokenizer = Tokenizer.load(files.tokenizer_path(config.data, workdir))
     _check_tokenizer(config.model, tokenizer, workdir)
     ckpt = checkpoint_dir or files.checkpoint_dir(workdir)
+    # decode.dtype's compute dtype (jformer.inference.precision); params.npz stays
+    # float32 and each program's products cast the weights they read.
+    model_cfg = decoding_config(config.model, config.decode)
     params = checkpoint.restore_params(ckpt, step)
     if step is None:  # the latest, which restore_params just read
         with contextlib.closing(checkpoint.read_only_manager(ckpt)) as manager:
@@ -305,7 +309,7 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
     try:
-        write_export(tmp, config.model, params, tokenizer, settings, config.decode, source)
+        write_export(tmp, model_cfg, params, tokenizer, settings, config.decode, source)
         files.replace_directory(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
