@@ -18,14 +18,17 @@ CFG = ModelConfig(vocab_size=53, d_model=16, num_heads=2, num_encoder_layers=2, 
 BERT = BertConfig(num_labels=3)
 
 
-def bert_formula(V, D, F, N, max_len, types=2, labels=None):
+def bert_formula(V, D, F, N, max_len, types=2, labels=None, norm="post"):
     """Parameters of the model with the pretraining heads: embeddings (tokens, learned
     positions, segments, LayerNorm); per layer the fused QKV kernel with Q and V biases
     (jformer drops the key bias, which softmax cancels), the output projection, the FFN
-    and two LayerNorms; the pooler; the MLM transform, LayerNorm and output bias; NSP."""
+    and two LayerNorms; pre-LN's final LayerNorm; the pooler; the MLM transform,
+    LayerNorm and output bias; NSP."""
     embeddings = V * D + max_len * D + types * D + 2 * D
     layer = (3 * D * D + 2 * D) + (D * D + D) + (2 * D * F + F + D) + 4 * D
-    return embeddings + N * layer + (D * D + D) + (D * D + D + 2 * D + V) + (2 * D + 2)
+    final_norm = 2 * D if norm == "pre" else 0
+    return (embeddings + N * layer + final_norm + (D * D + D) + (D * D + D + 2 * D + V)
+            + (2 * D + 2))
 
 
 def counted(config_module):
@@ -52,7 +55,7 @@ def test_small_and_demo_configs_build():
         cfg, n = counted(module)
         m = cfg.model
         assert n == bert_formula(m.vocab_size, m.d_model, m.d_ff, m.num_encoder_layers,
-                                 m.max_len)
+                                 m.max_len, norm=m.norm)
 
 
 def make(head="pretrain", cfg=CFG, bert=BERT, **kw):
