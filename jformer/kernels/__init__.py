@@ -7,6 +7,7 @@ backend and "plain" elsewhere (:func:`jformer.config.resolve_kernels`).
 | kernel | replaces (plain form) | why on XLA:CPU |
 |---|---|---|
 | matmul.dense | ``x @ w`` through autodiff | weight gradients as plain [I, N] x [N, O] products; bf16 backward products |
+| bias.add_bias, bias.Dense | ``y + b``, ``flax.linen.Dense`` | the bias gradient as a float32-accumulated product, not a bf16 reduce-window |
 | layernorm.LayerNorm | ``flax.linen.LayerNorm`` | a one-pass gradient from saved statistics |
 | dropout.Dropout | ``flax.linen.Dropout`` (threefry masks) | masks from a cheap counter-based hash |
 | tied_logits | ``einsum("BLD,VD->BLV")`` | the embedding gradient without transposing the logits' gradient |
@@ -18,8 +19,9 @@ Each has a test of values and gradients against its plain form (tests/kernels), 
 whole model is tested equal under both (tests/model/test_kernels_switch.py). What each
 one buys is measured in kernels/README.md.
 """
+from jformer.kernels.bias import Dense, add_bias
 from jformer.kernels.dropout import Dropout
 from jformer.kernels.layernorm import LayerNorm
 from jformer.kernels.matmul import dense, dense_dot_general
 
-__all__ = ["Dropout", "LayerNorm", "dense", "dense_dot_general"]
+__all__ = ["Dense", "Dropout", "LayerNorm", "add_bias", "dense", "dense_dot_general"]

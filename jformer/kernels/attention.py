@@ -106,10 +106,10 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
 
 def project_memory(attn, memory_BMD: Array) -> tuple[Array, Array]:
     """Cross-attention keys and values of the encoder output, heads first, each [B, H, M, K]."""
-    bias_JHK = jnp.stack([jnp.zeros_like(attn.v_bias), attn.v_bias]).astype(attn.dtype)
+    bias_JHK = jnp.stack([jnp.zeros_like(attn.v_bias), attn.v_bias])  # keys: no bias
     # [B, M, D] x [D, 2, H, K] -> [B, M, 2, H, K] -> [2, B, H, M, K]
-    kv_JBHMK = (attn.project(memory_BMD, attn.kv_kernel).transpose(2, 0, 3, 1, 4)
-                + bias_JHK[:, None, :, None, :])
+    kv_JBHMK = attn.add_bias(attn.project(memory_BMD, attn.kv_kernel),
+                             bias_JHK).transpose(2, 0, 3, 1, 4)
     return kv_JBHMK[0], kv_JBHMK[1]
 
 

@@ -23,6 +23,7 @@ from flax import linen as nn
 from jax import lax
 
 from jformer.kernels import attention as cpu_attention
+from jformer.kernels.bias import add_bias
 from jformer.kernels.matmul import dense
 from jformer.model.masks import NEG_INF
 from jformer.types import Array
@@ -117,15 +118,22 @@ class MultiHeadAttention(nn.Module):
             return dense(x_BLD, kernel.reshape(d, -1)).reshape(x_BLD.shape[:-1] + tuple(rest))
         return jnp.tensordot(x_BLD, kernel, axes=1)
 
+    def add_bias(self, y: Array, bias: Array) -> Array:
+        """y [..., *S] + bias [*S] in the compute dtype ("cpu": the bias gradient summed in
+        float32, :mod:`jformer.kernels.bias`)."""
+        if self.kernels == "cpu":
+            return add_bias(y, bias)
+        return y + bias.astype(self.dtype)
+
     def project_qkv(self, x_BLD: Array) -> tuple[Array, Array, Array]:
         """Self-attention Q, K, V of x [B, L, D], each [B, L, H, K]."""
         qkv_BLJHK = self.project(x_BLD, self.qkv_kernel)  # J = 3: Q, K, V
-        return (qkv_BLJHK[:, :, 0] + self.q_bias.astype(self.dtype), qkv_BLJHK[:, :, 1],
-                qkv_BLJHK[:, :, 2] + self.v_bias.astype(self.dtype))
+        return (self.add_bias(qkv_BLJHK[:, :, 0], self.q_bias), qkv_BLJHK[:, :, 1],
+                self.add_bias(qkv_BLJHK[:, :, 2], self.v_bias))
 
     def project_query(self, x_BLD: Array) -> Array:
         """Cross-attention queries of decoder states x [B, L, D]: [B, L, H, K]."""
-        return self.project(x_BLD, self.q_kernel) + self.q_bias.astype(self.dtype)
+        return self.add_bias(self.project(x_BLD, self.q_kernel), self.q_bias)
 
     def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
         """Cross-attention keys and values of the encoder output: each [B, M, H, K]
@@ -137,9 +145,9 @@ class MultiHeadAttention(nn.Module):
 
     def project_output(self, ctx_BLHK: Array) -> Array:
         """Concat(head_1..head_h) W^O + b: [B, L, H, K] -> [B, L, D]."""
-        return self.project(ctx_BLHK.reshape(ctx_BLHK.shape[:2] + (-1,)),
-                           self.out_kernel.reshape(-1, self.d_model)) + self.out_bias.astype(
-                               self.dtype)
+        return self.add_bias(self.project(ctx_BLHK.reshape(ctx_BLHK.shape[:2] + (-1,)),
+                                          self.out_kernel.reshape(-1, self.d_model)),
+                             self.out_bias)
 
     # ------------------------------------------------------------------ sequences
     def _attend(self, q_BLHK: Array, k: Array, v: Array, mask: Array | None,

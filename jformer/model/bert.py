@@ -34,17 +34,15 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from jformer import kernels
 from jformer.config import BertConfig, ModelConfig
 from jformer.model import masks
 from jformer.model.embeddings import PositionalEncoding, TokenEmbedding
-from jformer.model.layers import (EncoderLayer, check_same_shape, check_tokens, dropout,
-                                  dtype_of, kernels_of, layer_norm)
+from jformer.model.layers import (EncoderLayer, check_same_shape, check_tokens, dense_layer,
+                                  dropout, dtype_of, kernels_of, layer_norm)
 from jformer.types import Array, PyTree
 
 HEADS = ("pretrain", "classify", "tag", "span")
 _REDRAWN = ("kernel", "embedding", "table")  # parameter names init_std re-draws
-_DENSE_INIT = nn.initializers.xavier_uniform()
 
 
 class BertEncoder(nn.Module):
@@ -106,10 +104,8 @@ class Bert(nn.Module):
     def setup(self):
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}; got {self.head!r}")
-        cfg, dtype = self.cfg, dtype_of(self.cfg)
-        product = {"dot_general": kernels.dense_dot_general} if cfg.cpu_kernels else {}
-        dense = lambda n: nn.Dense(n, dtype=dtype, kernel_init=_DENSE_INIT,  # noqa: E731
-                                   **product)
+        cfg = self.cfg
+        dense = lambda n: dense_layer(cfg, n)  # noqa: E731
         self.encoder = BertEncoder(cfg, self.bert)
         self.head_dropout = dropout(cfg, cfg.dropout_rate)
         if self.bert.pooler and self.head in ("pretrain", "classify"):

@@ -2,7 +2,7 @@
 
 The stock Flax ops (``nn.Dense``, ``nn.LayerNorm``, ``nn.Dropout``) compute them; with
 ``ModelConfig.kernels="cpu"`` the same functions run through :mod:`jformer.kernels` (a dense
-product and a LayerNorm with hand-written gradients, hashed dropout masks): same
+layer and a LayerNorm with hand-written gradients, hashed dropout masks): same
 parameters, same values (tests/kernels).
 """
 from __future__ import annotations
@@ -37,6 +37,16 @@ def layer_norm(cfg: ModelConfig) -> nn.Module:
                         use_fast_variance=False)
 
 
+def dense_layer(cfg: ModelConfig, features: int, name: str | None = None,
+                kernel_init=_DENSE_INIT) -> nn.Module:
+    """A biased Dense layer [..., I] -> [..., features] in the compute dtype (float32
+    parameters "kernel" and "bias"); the "cpu" kernels' form sums the bias gradient in
+    float32 (:mod:`jformer.kernels.bias`)."""
+    if cfg.cpu_kernels:
+        return kernels.Dense(features, dtype=dtype_of(cfg), kernel_init=kernel_init, name=name)
+    return nn.Dense(features, dtype=dtype_of(cfg), kernel_init=kernel_init, name=name)
+
+
 def dropout(cfg: ModelConfig, rate: float) -> nn.Module:
     """Dropout (paper 5.4); the "cpu" kernels draw the mask from a counter-based hash."""
     return kernels.Dropout(rate) if cfg.cpu_kernels else nn.Dropout(rate)
@@ -58,14 +68,11 @@ class FeedForward(nn.Module):
 
     @nn.compact
     def __call__(self, x_BLD: Array, deterministic: bool = True) -> Array:
-        cfg, dtype = self.cfg, dtype_of(self.cfg)
-        product = {"dot_general": kernels.dense_dot_general} if cfg.cpu_kernels else {}
-        h_BLF = nn.Dense(cfg.d_ff, dtype=dtype, kernel_init=_DENSE_INIT, name="wi",
-                         **product)(x_BLD)
+        cfg = self.cfg
+        h_BLF = dense_layer(cfg, cfg.d_ff, name="wi")(x_BLD)
         h_BLF = ACTIVATIONS[cfg.activation](h_BLF)
         h_BLF = dropout(cfg, cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
-        return nn.Dense(cfg.d_model, dtype=dtype, kernel_init=_DENSE_INIT, name="wo",
-                        **product)(h_BLF)
+        return dense_layer(cfg, cfg.d_model, name="wo")(h_BLF)
 
 
 class Residual(nn.Module):
