@@ -1,7 +1,8 @@
 """The accelerator path, guarded without an accelerator: the train step, the eval step and
 greedy and beam translation, lowered with ``jax.export`` for CUDA and TPU under
-model.kernels="auto", hold no CPU-only custom call and no optimisation barrier (the CPU
-kernels' barriers would force copies XLA would not make on those chips)."""
+model.kernels="auto", hold no CPU kernel (every one names its ops
+``cpu_kernel.<name>``, jformer/kernels/scope.py), no CPU-only custom call and no
+optimisation barrier (it would force copies XLA would not make on those chips)."""
 import re
 
 import jax
@@ -12,6 +13,7 @@ from jax import export
 
 from jformer.config import DecodeConfig, ModelConfig, TrainConfig
 from jformer.inference.batch_decode import SearchSpec, decode_batch
+from jformer.kernels.scope import SCOPE
 from jformer.mesh import make_mesh
 from jformer.model import Transformer
 from jformer.train.schedules import make_optimizer
@@ -23,6 +25,11 @@ CFG = ModelConfig(vocab_size=64, d_model=32, num_heads=4, num_encoder_layers=2,
                   attention_dropout_rate=0.1, kernels="auto")
 # Custom calls that XLA lowers on every platform (sharding annotations of shard_map).
 PORTABLE_CUSTOM_CALLS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"}
+
+
+def cpu_kernels(module_text: str) -> set[str]:
+    """The CPU kernels whose ops a lowered module holds (by their named scope)."""
+    return set(re.findall(rf"{SCOPE}\.(\w+)", module_text))
 
 
 def custom_calls(module_text: str) -> set[str]:
@@ -73,11 +80,16 @@ def test_accelerator_lowerings_hold_no_cpu_kernels(platform):
     modules = train_and_eval_modules(platform) + translate_modules(platform)
     assert len(modules) == 4
     for text in modules:
+        assert not cpu_kernels(text), cpu_kernels(text)
         assert "optimization_barrier" not in text
         assert custom_calls(text) <= PORTABLE_CUSTOM_CALLS, custom_calls(text)
 
 
 def test_the_cpu_lowering_does_hold_the_cpu_kernels():
-    """The check above can fail: on the CPU "auto" runs the kernels, barriers included."""
-    train_module = train_and_eval_modules("cpu")[0]
-    assert "optimization_barrier" in train_module
+    """The check above can fail: on the CPU "auto" runs the kernels."""
+    train, _, greedy, beam = train_and_eval_modules("cpu") + translate_modules("cpu")
+    assert {"matmul", "add_bias", "layer_norm", "dropout", "attention",
+            "projected_cross_entropy"} <= cpu_kernels(train), cpu_kernels(train)
+    assert {"fast_argmax", "self_attend_step", "cross_attend_step",
+            "project_memory"} <= cpu_kernels(greedy), cpu_kernels(greedy)
+    assert {"fast_top_k", "reorder_slots"} <= cpu_kernels(beam), cpu_kernels(beam)

@@ -24,11 +24,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from jformer.kernels.dropout import keep_mask
+from jformer.kernels.scope import cpu_kernel
 from jformer.types import NEG_INF, Array
 
 _BATCHED = ((0, 1), (0, 1))  # batch dims (B, H) of [B, H, ., .] x [B, H, ., .] products
 
 
+@cpu_kernel
 def attention(q_BLHK: Array, k: Array, v: Array, mask: Array | None = None, *,
               kv_heads_first: bool = False, dropout_rate: float = 0.0,
               dropout_rng: Array | None = None, deterministic: bool = True,
@@ -62,6 +64,7 @@ def attention(q_BLHK: Array, k: Array, v: Array, mask: Array | None = None, *,
     return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
 
 
+@cpu_kernel
 def cached_attention(q_BHLK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array) -> Array:
     """softmax(Q K^T / sqrt(d_k), masked) V over decode buffers: keys transposed
     [B, H, K, X], values [B, H, X, K]; ``mask`` broadcasts to [B, H, L, X]. Returns
@@ -76,6 +79,7 @@ def cached_attention(q_BHLK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array) 
     return lax.dot_general(weights_BHLX.astype(dtype), v_BHXK, (((3,), (2,)), _BATCHED))
 
 
+@cpu_kernel
 def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: Array,
                         index: Array) -> Array:
     """One query per hypothesis over a slot-addressed beam cache.
@@ -104,6 +108,7 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
     return out_BHWK.transpose(0, 2, 1, 3)
 
 
+@cpu_kernel
 def project_memory(attn, memory_BMD: Array) -> tuple[Array, Array]:
     """Cross-attention keys and values of the encoder output, heads first, each [B, H, M, K]."""
     bias_JHK = jnp.stack([jnp.zeros_like(attn.v_bias), attn.v_bias])  # keys: no bias
@@ -113,6 +118,7 @@ def project_memory(attn, memory_BMD: Array) -> tuple[Array, Array]:
     return kv_JBHMK[0], kv_JBHMK[1]
 
 
+@cpu_kernel
 def self_attend_step(attn, x_N1D: Array, cache_k: Array, cache_v: Array, index: Array,
                      slot_BWT: Array | None) -> tuple[Array, Array, Array]:
     """One decoder position over a per-row cache [B, H, max_len, K] (``slot_BWT`` None) or
@@ -151,6 +157,7 @@ def _beam_step(attn, q, k, v, kt_BHKX, v_BHXK, slot_BWT, index):
     return out_N1D, kt_BHKX, v_BHXK
 
 
+@cpu_kernel
 def cross_attend_step(attn, x_N1D: Array, kt_BHKM: Array, v_BHMK: Array,
                       mask_B11M: Array) -> Array:
     """One decoder position of N = B*G rows over the memory's decode buffers: keys

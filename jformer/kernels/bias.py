@@ -20,9 +20,11 @@ from flax import linen as nn
 from jax import lax
 
 from jformer.kernels.matmul import dense
+from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
 
+@cpu_kernel
 @jax.custom_vjp
 def add_bias(y: Array, b: Array) -> Array:
     """y [..., *S] + b [*S] (broadcast over y's leading axes), in y's dtype."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
 
@@ -43,11 +44,13 @@ def init_beam_self_cache(num_layers: int, batch: int, beam: int, max_len: int, n
             jnp.zeros((batch, beam, max_len), jnp.int32))
 
 
+@cpu_kernel
 def memory_layout(k_BHSK: Array, v_BHSK: Array) -> tuple[Array, Array]:
     """Cross-attention K/V as the steps read them: keys transposed once per source."""
     return k_BHSK.transpose(0, 1, 3, 2), v_BHSK  # [B, H, S, K] -> [B, H, K, S]
 
 
+@cpu_kernel
 def claim_slots(slot_BWT: Array, index: Array) -> Array:
     """Position ``index`` of hypothesis w is written into slot w: column index := 0..W-1."""
     batch, beam, _ = slot_BWT.shape
@@ -56,6 +59,7 @@ def claim_slots(slot_BWT: Array, index: Array) -> Array:
     return jax.lax.dynamic_update_slice(slot_BWT, own_BW1, (0, 0, index))
 
 
+@cpu_kernel
 def reorder_slots(slot_BWT: Array, parent_BW: Array) -> Array:
     """New hypothesis w extends beam ``parent_BW[b, w]``: it inherits that prefix's slots."""
     return jnp.take_along_axis(slot_BWT, parent_BW[:, :, None].astype(jnp.int32), axis=1)

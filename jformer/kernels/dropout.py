@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
+from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
 
@@ -48,6 +49,7 @@ def keep_mask(rng: Array, shape: tuple[int, ...], rate: float) -> Array:
     return random_bits(rng, shape) < jnp.uint32(threshold)
 
 
+@cpu_kernel
 def dropout(x: Array, rate: float, rng: Array) -> Array:
     """Zeroes each element with probability ``rate`` and scales the rest by 1 / (1 - rate)."""
     if rate == 0.0:

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jformer.kernels.matmul import transposed_copy
+from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
 
@@ -126,9 +128,10 @@ def _projected_sums_fwd(x_ND, w_VD, bias_V, targets_N, weights_N, label_smoothin
         g_cV = g_cV.astype(x_cD.dtype)
         d_x_cD = lax.dot_general(g_cV, w_VD, _NN, preferred_element_type=jnp.float32)
         # d w^T = x^T g as a plain [D, c] x [c, V] product: x (the narrow operand) is
-        # copied into transposed order, and the barrier keeps XLA from folding it back.
-        x_Dc = lax.optimization_barrier(x_cD.T)
-        d_w_DV = d_w_DV + lax.dot_general(x_Dc, g_cV, _NN, preferred_element_type=jnp.float32)
+        # copied into transposed order in a form XLA does not fold back (a folded
+        # transpose would also upcast a bf16 product to float32; kernels/matmul.py).
+        d_w_DV = d_w_DV + lax.dot_general(transposed_copy(x_cD), g_cV, _NN,
+                                          preferred_element_type=jnp.float32)
         return (sums, d_w_DV, d_bias_V), d_x_cD.astype(x_cD.dtype)
 
     zero = jnp.zeros((), jnp.float32)
@@ -153,6 +156,7 @@ _projected_sums.defvjp(_projected_sums_fwd, _projected_sums_bwd)
 PROJECTION_CHUNK_ROWS = 512  # rows of logits alive at once in projected_cross_entropy
 
 
+@cpu_kernel
 def projected_cross_entropy(x_BTD: Array, w_VD: Array, bias_V: Array | None,
                             targets_BT: Array, weights_BT: Array,
                             label_smoothing: float = 0.0, *,

@@ -16,9 +16,11 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
+from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
 
+@cpu_kernel
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def layer_norm(x: Array, scale_D: Array, bias_D: Array, epsilon: float) -> Array:
     """(x - mean) / sqrt(var + epsilon) * scale + bias over the last axis, in x's dtype."""

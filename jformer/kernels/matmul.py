@@ -4,11 +4,13 @@ With ``model.kernels="cpu"`` every weight product of the model (attention projec
 FFN) goes through ``dense``. The forward value is the plain product; only the gradient is
 written out, for two reasons:
 
-* d w = x^T g contracts over the N = batch x length rows of both operands. XLA:CPU gives
-  such products a transposed operand on each side and runs them on a slow path. Here the
-  narrower of x and g is copied once into transposed order (an activation-sized array)
-  and the product is a plain [I, N] x [N, O] (or [O, N] x [N, I], then a weight-sized
-  transpose); optimisation barriers stop XLA from folding the copies back.
+* d w = x^T g contracts over the N = batch x length rows of both operands. XLA:CPU runs
+  such a product on a slow path, and in bf16 it converts both operands to float32 first
+  (its bf16 kernels take only the plain layout). Here the narrower of x and g is copied
+  once into transposed order (an activation-sized array) and the product is a plain
+  [I, N] x [N, O] (or [O, N] x [N, I], then a weight-sized transpose). The copies are
+  written as reshape-transpose-reshape (:func:`transposed_copy`): XLA folds a plain
+  transpose back into the product, and removes optimisation barriers before it does.
 * With bf16 compute, autodiff of a bf16 product that accumulates in f32 multiplies the
   f32 cotangent by bf16 operands, which JAX upcasts to f32 products. Here the backward
   products take compute-dtype operands and accumulate in f32, the form XLA:CPU runs on
@@ -23,12 +25,14 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
 _NN = (((1,), (0,)), ((), ()))  # [N, I] x [I, O]
 _NT = (((1,), (1,)), ((), ()))  # [N, O] x [I, O]^T
 
 
+@cpu_kernel
 @jax.custom_vjp
 def matmul(x_NI: Array, w_IO: Array) -> Array:
     """x [N, I] @ w [I, O] -> [N, O] in x's dtype, accumulated in float32."""
@@ -39,18 +43,31 @@ def _matmul_fwd(x_NI, w_IO):
     return matmul(x_NI, w_IO), (x_NI, w_IO)
 
 
+def transposed_copy(a: Array) -> Array:
+    """a [rows, cols] -> a^T [cols, rows] as an array of its own, through
+    [rows, cols/b, b] -> [cols/b, b, rows].
+
+    The same values as ``a.T``; XLA's simplifier folds a plain transpose into the product
+    that reads it (and with it the product back onto its slow path) but leaves this one.
+    """
+    rows, cols = a.shape
+    block = next((b for b in (8, 4, 2) if cols % b == 0), None)
+    if block is None:
+        return lax.optimization_barrier(a.T)
+    return a.reshape(rows, cols // block, block).transpose(1, 2, 0).reshape(cols, rows)
+
+
 def _matmul_bwd(residuals, g_NO):
     x_NI, w_IO = residuals
     g_NO = g_NO.astype(x_NI.dtype)
     d_x_NI = lax.dot_general(g_NO, w_IO, _NT, preferred_element_type=jnp.float32)
     # d w = x^T g with the narrower of x, g copied into transposed order (see module doc).
     if x_NI.shape[1] <= g_NO.shape[1]:
-        x_IN = lax.optimization_barrier(x_NI.T)
-        d_w_IO = lax.dot_general(x_IN, g_NO, _NN, preferred_element_type=jnp.float32)
+        d_w_IO = lax.dot_general(transposed_copy(x_NI), g_NO, _NN,
+                                 preferred_element_type=jnp.float32)
     else:
-        g_ON = lax.optimization_barrier(g_NO.T)
-        d_w_IO = lax.optimization_barrier(
-            lax.dot_general(g_ON, x_NI, _NN, preferred_element_type=jnp.float32)).T
+        d_w_IO = transposed_copy(lax.dot_general(transposed_copy(g_NO), x_NI, _NN,
+                                             preferred_element_type=jnp.float32))
     return d_x_NI.astype(x_NI.dtype), d_w_IO.astype(w_IO.dtype)
 
 

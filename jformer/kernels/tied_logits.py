@@ -3,8 +3,9 @@
 The forward value is the plain product ``einsum("BLD,VD->BLV")``; only the gradient is
 written out. d E = g^T x: left to itself XLA:CPU computes it as [V, B*L] x [B*L, D] and
 first copies g, the largest array of the step ([B*L, V]), into transposed order. As
-(x^T g)^T it transposes x [B*L, D] and the [D, V] result instead, V / D times less data;
-an optimisation barrier keeps XLA from folding the transpose back into the product.
+(x^T g)^T it transposes x [B*L, D] and the [D, V] result instead, V / D times less data,
+written so that XLA does not fold the transposes back into the product
+(:func:`jformer.kernels.matmul.transposed_copy`).
 Plain form: :meth:`jformer.model.embeddings.TokenEmbedding.attend` with kernels="plain".
 """
 from __future__ import annotations
@@ -13,9 +14,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer.kernels.matmul import transposed_copy
+from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
 
+@cpu_kernel
 @jax.custom_vjp
 def tied_logits(x_BLD: Array, embedding_VD: Array) -> Array:
     """x [B, L, D] . embedding [V, D]^T -> float32 logits [B, L, V] (inputs in one dtype)."""
@@ -32,9 +36,10 @@ def _tied_logits_bwd(residuals, d_logits_BLV):
     g_BLV = d_logits_BLV.astype(x_BLD.dtype)
     d_x_BLD = jnp.einsum("BLV,VD->BLD", g_BLV, embedding_VD,
                          preferred_element_type=jnp.float32).astype(x_BLD.dtype)
-    d_emb_DV = lax.optimization_barrier(
-        jnp.einsum("BLD,BLV->DV", x_BLD, g_BLV, preferred_element_type=jnp.float32))
-    return d_x_BLD, d_emb_DV.T.astype(embedding_VD.dtype)
+    x_ND, g_NV = x_BLD.reshape(-1, x_BLD.shape[-1]), g_BLV.reshape(-1, g_BLV.shape[-1])
+    d_emb_DV = lax.dot_general(transposed_copy(x_ND), g_NV, (((1,), (0,)), ((), ())),
+                               preferred_element_type=jnp.float32)
+    return d_x_BLD, transposed_copy(d_emb_DV).astype(embedding_VD.dtype)
 
 
 tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)

@@ -11,7 +11,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer.kernels.scope import cpu_kernel
 
+
+@cpu_kernel
 def fast_argmax(x_BV: jax.Array) -> jax.Array:
     """argmax over the last axis (ties: lowest index) as two plain reductions: a max,
     then the smallest index holding it."""
@@ -22,6 +25,7 @@ def fast_argmax(x_BV: jax.Array) -> jax.Array:
     return jnp.minimum(first_B, vocab - 1)  # NaN rows match nothing: keep the id valid
 
 
+@cpu_kernel
 def fast_top_k(x: jax.Array, k: int, block: int = 32) -> tuple[jax.Array, jax.Array]:
     """``lax.top_k`` over the last axis: same values, same indices, same tie order.
 

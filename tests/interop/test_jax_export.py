@@ -20,7 +20,7 @@ from jformer import checkpoint, files
 from jformer.data.sources import load_split
 from jformer.inference import Translator
 from jformer.interop import jax_export
-from tests.test_accelerator_lowering import PORTABLE_CUSTOM_CALLS, custom_calls
+from tests.test_accelerator_lowering import PORTABLE_CUSTOM_CALLS, cpu_kernels, custom_calls
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "interop.md")
@@ -221,8 +221,11 @@ def test_accelerator_programs_are_written_and_deserialize(tmp_path):
             assert (avals[-1].shape, str(avals[-1].dtype)) == ((), "float32")
             t = info["max_output_len"][str(bucket)]
             assert [a.shape for a in exp.out_avals] == [(4, t), (4,), (4,)]
-            if platform != "cpu":
-                text = exp.mlir_module()
+            text = exp.mlir_module()
+            if platform == "cpu":
+                assert "fast_top_k" in cpu_kernels(text), cpu_kernels(text)
+            else:
+                assert not cpu_kernels(text), cpu_kernels(text)
                 assert "optimization_barrier" not in text
                 assert custom_calls(text) <= PORTABLE_CUSTOM_CALLS, custom_calls(text)
 
