@@ -44,17 +44,25 @@ def _matmul_fwd(x_NI, w_IO):
 
 
 def transposed_copy(a: Array) -> Array:
-    """a [rows, cols] -> a^T [cols, rows] as an array of its own, through
-    [rows, cols/b, b] -> [cols/b, b, rows].
+    """a [rows, cols] -> a^T [cols, rows] as an array of its own, written so that XLA's
+    simplifier cannot fold it back into the product that reads it.
 
-    The same values as ``a.T``; XLA's simplifier folds a plain transpose into the product
-    that reads it (and with it the product back onto its slow path) but leaves this one.
+    A folded transpose puts the product back on its slow path and, in bf16, on float32
+    operands, or on XLA:CPU's fallback dot, which cannot run bf16 x bf16 -> f32 at all
+    (a shape-dependent crash). So the transpose goes through a split axis: cols in blocks
+    b, [rows, cols/b, b] -> [cols/b, b, rows]; else rows in blocks, [rows/b, b, cols] ->
+    [cols, rows/b, b]; else (both odd) cols zero-padded to a multiple of 8 first and the
+    padding sliced off. The same values as ``a.T`` in every case.
     """
     rows, cols = a.shape
     block = next((b for b in (8, 4, 2) if cols % b == 0), None)
-    if block is None:
-        return lax.optimization_barrier(a.T)
-    return a.reshape(rows, cols // block, block).transpose(1, 2, 0).reshape(cols, rows)
+    if block is not None:
+        return a.reshape(rows, cols // block, block).transpose(1, 2, 0).reshape(cols, rows)
+    block = next((b for b in (8, 4, 2) if rows % b == 0), None)
+    if block is not None:
+        return a.reshape(rows // block, block, cols).transpose(2, 0, 1).reshape(cols, rows)
+    padded = jnp.pad(a, ((0, 0), (0, -cols % 8)))
+    return transposed_copy(padded)[:cols]
 
 
 def _matmul_bwd(residuals, g_NO):
