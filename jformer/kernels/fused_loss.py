@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jformer.kernels.matmul import transposed_copy
+from jformer.kernels.matmul import NN, NT, transposed_copy
 from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
@@ -68,10 +68,6 @@ def _logits_grad(logits_NV: Array, targets_N: Array, log_z_N: Array, g_loss_N: A
             - jnp.where(is_target_NV, target_weight_N[..., None], 0.0))
 
 
-_NT = (((1,), (1,)), ((), ()))  # [N, D] x [V, D]^T
-_NN = (((1,), (0,)), ((), ()))  # [N, V] x [V, D]
-
-
 def _add_weighted(sums: tuple, stats: Sequence[Array], weights_c: Array) -> tuple:
     """Running sums + each per-row statistic summed over the chunk with its row weights."""
     return tuple(s + (v * weights_c).sum() for s, v in zip(sums, stats))
@@ -79,7 +75,7 @@ def _add_weighted(sums: tuple, stats: Sequence[Array], weights_c: Array) -> tupl
 
 def _chunk_logits(x_ND: Array, w_VD: Array, bias_V: Array | None) -> Array:
     """float32 logits x . w^T (+ bias) [N, V], from compute-dtype operands."""
-    logits_NV = lax.dot_general(x_ND, w_VD, _NT, preferred_element_type=jnp.float32)
+    logits_NV = lax.dot_general(x_ND, w_VD, NT, preferred_element_type=jnp.float32)
     return logits_NV if bias_V is None else logits_NV + bias_V.astype(jnp.float32)
 
 
@@ -126,11 +122,11 @@ def _projected_sums_fwd(x_ND, w_VD, bias_V, targets_N, weights_N, label_smoothin
         if bias_V is not None:
             d_bias_V = d_bias_V + g_cV.sum(0)
         g_cV = g_cV.astype(x_cD.dtype)
-        d_x_cD = lax.dot_general(g_cV, w_VD, _NN, preferred_element_type=jnp.float32)
+        d_x_cD = lax.dot_general(g_cV, w_VD, NN, preferred_element_type=jnp.float32)
         # d w^T = x^T g as a plain [D, c] x [c, V] product: x (the narrow operand) is
         # copied into transposed order in a form XLA does not fold back (a folded
         # transpose would also upcast a bf16 product to float32; kernels/matmul.py).
-        d_w_DV = d_w_DV + lax.dot_general(transposed_copy(x_cD), g_cV, _NN,
+        d_w_DV = d_w_DV + lax.dot_general(transposed_copy(x_cD), g_cV, NN,
                                           preferred_element_type=jnp.float32)
         return (sums, d_w_DV, d_bias_V), d_x_cD.astype(x_cD.dtype)
 

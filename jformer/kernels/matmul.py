@@ -28,15 +28,16 @@ from jax import lax
 from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
-_NN = (((1,), (0,)), ((), ()))  # [N, I] x [I, O]
-_NT = (((1,), (1,)), ((), ()))  # [N, O] x [I, O]^T
+# dot_general dimension numbers of the 2-D products every kernel here writes
+NN = (((1,), (0,)), ((), ()))  # [N, I] x [I, O]
+NT = (((1,), (1,)), ((), ()))  # [N, O] x [I, O]^T
 
 
 @cpu_kernel
 @jax.custom_vjp
 def matmul(x_NI: Array, w_IO: Array) -> Array:
     """x [N, I] @ w [I, O] -> [N, O] in x's dtype, accumulated in float32."""
-    return lax.dot_general(x_NI, w_IO, _NN, preferred_element_type=jnp.float32).astype(x_NI.dtype)
+    return lax.dot_general(x_NI, w_IO, NN, preferred_element_type=jnp.float32).astype(x_NI.dtype)
 
 
 def _matmul_fwd(x_NI, w_IO):
@@ -68,13 +69,13 @@ def transposed_copy(a: Array) -> Array:
 def _matmul_bwd(residuals, g_NO):
     x_NI, w_IO = residuals
     g_NO = g_NO.astype(x_NI.dtype)
-    d_x_NI = lax.dot_general(g_NO, w_IO, _NT, preferred_element_type=jnp.float32)
+    d_x_NI = lax.dot_general(g_NO, w_IO, NT, preferred_element_type=jnp.float32)
     # d w = x^T g with the narrower of x, g copied into transposed order (see module doc).
     if x_NI.shape[1] <= g_NO.shape[1]:
-        d_w_IO = lax.dot_general(transposed_copy(x_NI), g_NO, _NN,
+        d_w_IO = lax.dot_general(transposed_copy(x_NI), g_NO, NN,
                                  preferred_element_type=jnp.float32)
     else:
-        d_w_IO = transposed_copy(lax.dot_general(transposed_copy(g_NO), x_NI, _NN,
+        d_w_IO = transposed_copy(lax.dot_general(transposed_copy(g_NO), x_NI, NN,
                                              preferred_element_type=jnp.float32))
     return d_x_NI.astype(x_NI.dtype), d_w_IO.astype(w_IO.dtype)
 

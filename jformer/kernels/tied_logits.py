@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jformer.kernels.matmul import transposed_copy
+from jformer.kernels.matmul import NN, transposed_copy
 from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
 
@@ -37,8 +37,7 @@ def _tied_logits_bwd(residuals, d_logits_BLV):
     d_x_BLD = jnp.einsum("BLV,VD->BLD", g_BLV, embedding_VD,
                          preferred_element_type=jnp.float32).astype(x_BLD.dtype)
     x_ND, g_NV = x_BLD.reshape(-1, x_BLD.shape[-1]), g_BLV.reshape(-1, g_BLV.shape[-1])
-    d_emb_DV = lax.dot_general(transposed_copy(x_ND), g_NV, (((1,), (0,)), ((), ())),
-                               preferred_element_type=jnp.float32)
+    d_emb_DV = lax.dot_general(transposed_copy(x_ND), g_NV, NN, preferred_element_type=jnp.float32)
     return d_x_BLD, transposed_copy(d_emb_DV).astype(embedding_VD.dtype)
 
 

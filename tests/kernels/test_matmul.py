@@ -6,6 +6,7 @@ from flax import linen as nn
 
 from jformer.kernels.matmul import dense, dense_dot_general, matmul, transposed_copy
 from jformer.kernels.tied_logits import tied_logits
+from tests.kernels.dense_helpers import assert_same_dense
 
 # distinct sizes so a swapped axis fails; both orders of I and O exercise both
 # backward layouts (x^T copied when I <= O, g^T copied otherwise)
@@ -48,11 +49,7 @@ def test_flax_dense_with_dense_dot_general_matches_default():
     ours = nn.Dense(4, dot_general=dense_dot_general)
     theirs = nn.Dense(4)
     params = theirs.init(jax.random.PRNGKey(2), x)
-    np.testing.assert_allclose(ours.apply(params, x), theirs.apply(params, x), atol=1e-5)
-    g1 = jax.grad(lambda p: (ours.apply(p, x) ** 2).sum())(params)
-    g2 = jax.grad(lambda p: (theirs.apply(p, x) ** 2).sum())(params)
-    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert_same_dense(ours, theirs, params, x)
 
 
 def test_dense_rejects_mismatched_shapes():
