@@ -88,7 +88,7 @@ def test_accelerator_lowerings_hold_no_cpu_kernels(platform):
 def test_the_cpu_lowering_does_hold_the_cpu_kernels():
     """The check above can fail: on the CPU "auto" runs the kernels."""
     train, _, greedy, beam = train_and_eval_modules("cpu") + translate_modules("cpu")
-    assert {"matmul", "add_bias", "layer_norm", "dropout", "attention",
+    assert {"matmul", "add_bias", "layer_norm", "dropout", "attention", "einsum",
             "projected_cross_entropy"} <= cpu_kernels(train), cpu_kernels(train)
     assert {"fast_argmax", "self_attend_step", "cross_attend_step",
             "project_memory"} <= cpu_kernels(greedy), cpu_kernels(greedy)

@@ -15,7 +15,8 @@ is innermost and copies it otherwise:
 
 The functions that project take the bound :class:`~jformer.model.attention.MultiHeadAttention`
 (``attn``) and use its parameters and ``project``; nothing here imports the model.
-Equality with the plain form: tests/kernels/test_attention.py; speed: kernels/README.md.
+Equality with the plain form: tests/kernels/test_attention.py and
+tests/model/test_kernels_switch.py; speed: kernels/README.md.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jformer.kernels.dropout import keep_mask
+from jformer.kernels.matmul import einsum
 from jformer.kernels.scope import cpu_kernel
 from jformer.types import NEG_INF, Array
 
@@ -43,8 +45,8 @@ def attention(q_BLHK: Array, k: Array, v: Array, mask: Array | None = None, *,
     dtype = q_BLHK.dtype
     kv = "BHMK" if kv_heads_first else "BMHK"
     q_BLHK = q_BLHK / jnp.sqrt(q_BLHK.shape[-1]).astype(dtype)
-    logits_BHLM = jnp.einsum(f"BLHK,{kv}->BHLM", q_BLHK, k,
-                             preferred_element_type=jnp.float32)
+    # float32 logits; the backward products read compute-dtype operands (matmul.einsum)
+    logits_BHLM = einsum(f"BLHK,{kv}->BHLM", q_BLHK, k)
     if mask is not None:
         logits_BHLM = jnp.where(mask, logits_BHLM, NEG_INF)
     weights_BHLM = jax.nn.softmax(logits_BHLM, axis=-1)
@@ -57,10 +59,10 @@ def attention(q_BLHK: Array, k: Array, v: Array, mask: Array | None = None, *,
         probs_BHLM = jnp.where(keep, probs_BHLM / (1.0 - dropout_rate), 0.0)
     if kv_heads_first:
         # [B, H, L, M] x [B, H, M, K] -> [B, H, L, K] -> [B, L, H, K]
-        out_BHLK = lax.dot_general(probs_BHLM.astype(dtype), v, (((3,), (2,)), _BATCHED))
+        out_BHLK = einsum("BHLM,BHMK->BHLK", probs_BHLM.astype(dtype), v).astype(dtype)
         out_BLHK = out_BHLK.transpose(0, 2, 1, 3)
     else:
-        out_BLHK = jnp.einsum("BHLM,BMHK->BLHK", probs_BHLM.astype(dtype), v)
+        out_BLHK = einsum("BHLM,BMHK->BLHK", probs_BHLM.astype(dtype), v).astype(dtype)
     return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
 
 

@@ -21,8 +21,11 @@ buys: kernels/README.md.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jformer.kernels.scope import cpu_kernel
@@ -81,6 +84,84 @@ def _matmul_bwd(residuals, g_NO):
 
 
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+@cpu_kernel
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def einsum(spec: str, a: Array, b: Array) -> Array:
+    """``jnp.einsum(spec, a, b)`` of two compute-dtype operands, accumulated and returned
+    in float32, with a backward pass whose products read compute-dtype operands.
+
+    Autodiff of a bf16 product that accumulates in float32 multiplies the float32
+    cotangent by a bf16 operand, which JAX upcasts: the backward products run on float32
+    operands (the attention score and value products of a bf16 step, 5% of it). Here the
+    cotangent is cast to a's dtype first, as :func:`matmul` does, and each backward
+    product is laid out for XLA:CPU's bf16 kernels (:func:`_contract`). Every axis of a
+    and b must appear in the other operand or the output (no axis summed within one
+    operand); then d a = einsum("out,b->a", g, b) and d b = einsum("out,a->b", g, a).
+    """
+    _einsum_axes(spec)
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
+def _einsum_axes(spec: str) -> tuple[str, str, str]:
+    inputs, _, out = spec.replace(" ", "").partition("->")
+    a, _, b = inputs.partition(",")
+    if not (out and a and b) or any(c not in (b + out) for c in a) or \
+            any(c not in (a + out) for c in b):
+        raise ValueError(f"einsum: spec must be 'a,b->out' with every axis of a and b in "
+                         f"the other operand or the output; got {spec!r}")
+    return a, b, out
+
+
+def _einsum_fwd(spec, a, b):
+    return einsum(spec, a, b), (a, b)
+
+
+def _contract(x: Array, x_axes: str, y: Array, y_axes: str, out_axes: str) -> Array:
+    """einsum(f"{x_axes},{y_axes}->{out_axes}", x, y) in float32, as one batched product
+    [batch, M, K] x [batch, K, N] (or [batch, N, K]) of XLA:CPU's plain layout.
+
+    XLA:CPU's bf16 kernels read the left operand only with its contracted axes last; any
+    other layout goes to its fallback dot, which has no bf16 x bf16 -> f32 at all
+    (``Unsupported element type for DotThunk::Execute``). So x is moved to [batch, free,
+    contracted] and y to [batch, contracted, free] (or kept as [batch, free, contracted]),
+    each reshaped to 3-D: a transpose feeding a reshape is a copy XLA does not fold back
+    into the product."""
+    batch = [c for c in x_axes if c in y_axes and c in out_axes]
+    summed = [c for c in x_axes if c in y_axes and c not in out_axes]
+    x_free = [c for c in x_axes if c not in y_axes]
+    y_free = [c for c in y_axes if c not in x_axes]
+    size = dict(zip(x_axes, x.shape)) | dict(zip(y_axes, y.shape))
+    prod = lambda axes: int(np.prod([size[c] for c in axes], dtype=np.int64))  # noqa: E731
+
+    def arranged(a, axes, order, shape):
+        a = a.transpose([axes.index(c) for c in order])
+        return a.reshape(shape)
+
+    x3 = arranged(x, x_axes, batch + x_free + summed, (prod(batch), prod(x_free), prod(summed)))
+    if y_axes == "".join(batch + y_free + summed):  # [batch, N, K] in place: x . y^T
+        y3 = arranged(y, y_axes, batch + y_free + summed, (prod(batch), prod(y_free), prod(summed)))
+        dims = (((2,), (2,)), ((0,), (0,)))
+    else:
+        y3 = arranged(y, y_axes, batch + summed + y_free, (prod(batch), prod(summed), prod(y_free)))
+        dims = (((2,), (1,)), ((0,), (0,)))
+    out = lax.dot_general(x3, y3, dims, preferred_element_type=jnp.float32)
+    order = batch + x_free + y_free
+    out = out.reshape([size[c] for c in order])
+    return out.transpose([order.index(c) for c in out_axes])
+
+
+def _einsum_bwd(spec, residuals, g):
+    a, b = residuals
+    spec_a, spec_b, spec_out = _einsum_axes(spec)
+    g = g.astype(a.dtype)
+    d_a = _contract(g, spec_out, b, spec_b, spec_a)
+    d_b = _contract(g, spec_out, a, spec_a, spec_b)
+    return d_a.astype(a.dtype), d_b.astype(b.dtype)
+
+
+einsum.defvjp(_einsum_fwd, _einsum_bwd)
 
 
 def dense(x: Array, w_IO: Array) -> Array:
