@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jformer.kernels.attention import attention
-from jformer.kernels.matmul import einsum
+from jformer.kernels.matmul import _contract, einsum
 from jformer.model.attention import dot_product_attention
 
 SPECS = ["BLHK,BMHK->BHLM", "BLHK,BHMK->BHLM", "BHLM,BMHK->BLHK", "BHLM,BHMK->BHLK",
@@ -44,6 +44,18 @@ def test_einsum_values_and_gradients_equal_jnp_einsum(spec):
     for g, r in zip(ours(a, b), plain(a, b)):
         assert g.shape == r.shape
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_contract_equals_jnp_einsum_for_both_backward_products(spec):
+    """The batched-product form the bf16 backward uses, checked exactly in float32."""
+    a, b = _operands(spec, 4)
+    inputs, out = spec.split("->")
+    sa, sb = inputs.split(",")
+    g = jax.random.normal(jax.random.PRNGKey(5), jnp.einsum(spec, a, b).shape)
+    for x, sx, y, sy, so in [(g, out, b, sb, sa), (g, out, a, sa, sb), (a, sa, b, sb, out)]:
+        np.testing.assert_allclose(jax.jit(_contract, static_argnums=(1, 3, 4))(x, sx, y, sy, so),
+                                   jnp.einsum(f"{sx},{sy}->{so}", x, y), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("spec", SPECS)
