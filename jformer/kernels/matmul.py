@@ -99,9 +99,9 @@ def einsum(spec: str, a: Array, b: Array) -> Array:
     product is laid out for XLA:CPU's bf16 kernels (:func:`_contract`). float32
     operands keep autodiff's backward, so float32 training is unchanged (a reordered
     float32 sum moved a 6-step Adam run by 1.2% of a parameter's update:
-    tests/model/test_kernels_switch.py). Every axis of a
-    and b must appear in the other operand or the output (no axis summed within one
-    operand); then d a = einsum("out,b->a", g, b) and d b = einsum("out,a->b", g, a).
+    tests/model/test_kernels_switch.py). Every axis of a and b must appear in the other
+    operand or the output (no axis summed within one operand); then
+    d a = einsum("out,b->a", g, b) and d b = einsum("out,a->b", g, a).
     """
     _einsum_axes(spec)
     return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
@@ -138,17 +138,15 @@ def _contract(x: Array, x_axes: str, y: Array, y_axes: str, out_axes: str) -> Ar
     size = dict(zip(x_axes, x.shape)) | dict(zip(y_axes, y.shape))
     prod = lambda axes: int(np.prod([size[c] for c in axes], dtype=np.int64))  # noqa: E731
 
-    def arranged(a, axes, order, shape):
-        a = a.transpose([axes.index(c) for c in order])
-        return a.reshape(shape)
+    def arranged(a, axes, *groups):  # a's axes in the groups' order, one axis per group
+        a = a.transpose([axes.index(c) for group in groups for c in group])
+        return a.reshape([prod(group) for group in groups])
 
-    x3 = arranged(x, x_axes, batch + x_free + summed, (prod(batch), prod(x_free), prod(summed)))
-    if y_axes == "".join(batch + y_free + summed):  # [batch, N, K] in place: x . y^T
-        y3 = arranged(y, y_axes, batch + y_free + summed, (prod(batch), prod(y_free), prod(summed)))
-        dims = (((2,), (2,)), ((0,), (0,)))
-    else:
-        y3 = arranged(y, y_axes, batch + summed + y_free, (prod(batch), prod(summed), prod(y_free)))
-        dims = (((2,), (1,)), ((0,), (0,)))
+    x3 = arranged(x, x_axes, batch, x_free, summed)
+    y_nk = y_axes == "".join(batch + y_free + summed)  # [batch, N, K] in place: x . y^T
+    y3 = arranged(y, y_axes, batch, y_free, summed) if y_nk else \
+        arranged(y, y_axes, batch, summed, y_free)
+    dims = (((2,), (2 if y_nk else 1,)), ((0,), (0,)))
     out = lax.dot_general(x3, y3, dims, preferred_element_type=jnp.float32)
     order = batch + x_free + y_free
     out = out.reshape([size[c] for c in order])
