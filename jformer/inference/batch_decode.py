@@ -125,8 +125,13 @@ def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
                        method=Transformer.init_decode_state)
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg", "spec"))
-def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, valid_B: Array,
+# XLA:CPU's copy insertion by default copies every loop-carried decode buffer at each step
+# when the step both reads it and updates it in place; its region analysis orders the
+# reads first and drops those copies. A CPU option: other backends ignore it.
+DECODE_COMPILER_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
+
+
+def decode_program(params: PyTree, output_DV: Array | None, inputs_BS: Array, valid_B: Array,
                  rng: Array, alpha: jax.typing.ArrayLike = 0.0,
                  temperature: jax.typing.ArrayLike = 1.0, *, model_cfg: ModelConfig,
                  spec: SearchSpec) -> search.DecodeResult:
@@ -171,7 +176,14 @@ def decode_batch(params: PyTree, output_DV: Array | None, inputs_BS: Array, vali
                         lengths=out.lengths[:, None], finished=out.finished[:, None])
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg", "spec", "mesh"))
+# The compiled program. Inside another traced function (a shard_map, jax.export) call
+# decode_program: compiler options belong to the outermost jit only.
+decode_batch = jax.jit(decode_program, static_argnames=("model_cfg", "spec"),
+                       compiler_options=DECODE_COMPILER_OPTIONS)
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "spec", "mesh"),
+                   compiler_options=DECODE_COMPILER_OPTIONS)
 def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Array,
                           valid_B: Array, rng: Array, alpha: jax.typing.ArrayLike = 0.0,
                           temperature: jax.typing.ArrayLike = 1.0, *,
@@ -186,7 +198,7 @@ def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Ar
     gives what one device gives, too). ``num_steps`` is the largest over the devices.
     """
     def local(p, o, x, v, r, a, t):
-        out = decode_batch(p, o, x, v, r, a, t, model_cfg=model_cfg, spec=spec)
+        out = decode_program(p, o, x, v, r, a, t, model_cfg=model_cfg, spec=spec)
         return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
 
     rows = P(AXIS)

@@ -56,7 +56,7 @@ from jformer import checkpoint, files
 from jformer.config import EOS_CANDIDATES, DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
-from jformer.inference.batch_decode import SearchSpec, decode_batch, output_matrix
+from jformer.inference.batch_decode import SearchSpec, decode_program, output_matrix
 from jformer.inference.buckets import output_len, source_buckets
 from jformer.inference.precision import decoding_config
 from jformer.types import Array, PyTree
@@ -193,7 +193,7 @@ def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: in
         dummy_S = jnp.full(inputs_BS.shape[1:], pad, jnp.int32).at[0].set(eos)
         inputs_BS = jnp.where(valid_B[:, None], inputs_BS, dummy_S)
         # Greedy and beam search draw no randomness: the key is a placeholder.
-        out = decode_batch(params, output_matrix(model_cfg, params), inputs_BS, valid_B,
+        out = decode_program(params, output_matrix(model_cfg, params), inputs_BS, valid_B,
                            jax.random.key(0), alpha, jnp.float32(1.0),
                            model_cfg=model_cfg, spec=spec)
         tokens_BT, length_B = out.tokens[:, 0], out.lengths[:, 0]

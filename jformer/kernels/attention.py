@@ -7,8 +7,8 @@ is innermost and copies it otherwise:
 - keys and values live heads first, [B, H, M, K], so each step's products are batched
   over (B, H) with no transpose; the weights are the left operand of the value product
   (the einsum's operand order gave a slow [B, H, K, L] loop dot);
-- decode caches keep keys transposed, [B, H, K, M] (cross-attention, slot-addressed beams),
-  written once per source or once per step;
+- decode caches keep keys transposed, [B, H, K, M] (cross-attention, per-row and
+  slot-addressed self-attention), written once per source or once per step;
 - beam search never moves the self-attention buffers: hypothesis w writes its key and
   value into beam slot w, and a small slot table says which slot holds each position of
   its prefix (:mod:`jformer.kernels.decode_cache`).
@@ -83,17 +83,19 @@ def cached_attention(q_BHLK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array) 
 
 @cpu_kernel
 def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: Array,
-                        index: Array) -> Array:
-    """One query per hypothesis over a slot-addressed beam cache.
+                        index: Array, k_BWHK: Array, v_BWHK: Array) -> Array:
+    """One query per hypothesis over a slot-addressed beam cache that does not hold the
+    query's position yet, and the hypothesis' own key and value at that position.
 
-    Hypothesis w of row b attends to positions t <= index, reading position t from slot
-    ``slot_BWT[b, w, t]``. Instead of gathering each hypothesis' keys (which moves the
-    cache), every query scores all T*W (position, slot) pairs of its row and the pairs
-    outside its own prefix are masked: masked logits get exactly zero weight, so the
-    softmax is that of the gathered keys.
+    Hypothesis w of row b attends to positions t < index, reading position t from slot
+    ``slot_BWT[b, w, t]``, and to position ``index`` through its own k, v. Instead of
+    gathering each hypothesis' keys (which moves the cache), every query scores all T*W
+    (position, slot) pairs of its row and the pairs outside its own prefix are masked:
+    masked logits get exactly zero weight, so the softmax is that of the gathered keys.
 
     Args:
-      q_BWHK: queries [batch, beam, heads, head_dim].
+      q_BWHK, k_BWHK, v_BWHK: queries, keys and values of position ``index``
+        [batch, beam, heads, head_dim].
       kt_BHKX: keys [batch, heads, head_dim, max_len * beam]; column t*W + v holds
         position t of slot v. v_BHXK: values [batch, heads, max_len * beam, head_dim].
       slot_BWT: int32 [batch, beam, max_len]; index: int32 scalar, the query position.
@@ -102,12 +104,14 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
     """
     batch, beam, max_len = slot_BWT.shape
     slots_V = jnp.arange(beam, dtype=slot_BWT.dtype)
-    # [B, W, T, 1] == [1, 1, 1, V], and t <= index: the (position, slot) pairs of w's prefix
+    # [B, W, T, 1] == [1, 1, 1, V], and t < index: the (position, slot) pairs of w's prefix
     mine_BWTV = ((slot_BWT[:, :, :, None] == slots_V[None, None, None, :])
-                 & (jnp.arange(max_len) <= index)[None, None, :, None])
-    out_BHWK = cached_attention(q_BWHK.transpose(0, 2, 1, 3), kt_BHKX, v_BHXK,
-                                mine_BWTV.reshape(batch, 1, beam, max_len * beam))
-    return out_BHWK.transpose(0, 2, 1, 3)
+                 & (jnp.arange(max_len) < index)[None, None, :, None])
+    heads_first = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731  [B, W, H, K] <-> [B, H, W, K]
+    out_BHWK = step_attention(heads_first(q_BWHK), kt_BHKX, v_BHXK,
+                              mine_BWTV.reshape(batch, 1, beam, max_len * beam),
+                              heads_first(k_BWHK), heads_first(v_BWHK))
+    return heads_first(out_BHWK)
 
 
 @cpu_kernel
@@ -123,21 +127,48 @@ def project_memory(attn, memory_BMD: Array) -> tuple[Array, Array]:
 @cpu_kernel
 def self_attend_step(attn, x_N1D: Array, cache_k: Array, cache_v: Array, index: Array,
                      slot_BWT: Array | None) -> tuple[Array, Array, Array]:
-    """One decoder position over a per-row cache [B, H, max_len, K] (``slot_BWT`` None) or
-    a slot-addressed beam cache (keys [B, H, K, max_len*W], values [B, H, max_len*W, K],
-    x holding B*W hypotheses). Returns (out [N, 1, D], cache_k, cache_v)."""
+    """One decoder position over a per-row cache (``slot_BWT`` None: keys transposed
+    [B, H, K, max_len], values [B, H, max_len, K]) or a slot-addressed beam cache (keys
+    [B, H, K, max_len*W], values [B, H, max_len*W, K], x holding B*W hypotheses).
+    Returns (out [N, 1, D], cache_k, cache_v)."""
     q, k, v = attn.project_qkv(x_N1D)
     if slot_BWT is not None:
         return _beam_step(attn, q, k, v, cache_k, cache_v, slot_BWT, index)
-    start = (0, 0, index, 0)
-    # [B, 1, H, K] -> [B, H, 1, K]: one new position per head
-    cache_k = lax.dynamic_update_slice(cache_k, k.transpose(0, 2, 1, 3).astype(cache_k.dtype),
-                                       start)
-    cache_v = lax.dynamic_update_slice(cache_v, v.transpose(0, 2, 1, 3).astype(cache_v.dtype),
-                                       start)
-    mask_111M = (jnp.arange(cache_k.shape[2]) <= index)[None, None, None, :]
-    ctx_N1HK = attention(q, cache_k, cache_v, mask_111M, kv_heads_first=True)
-    return attn.project_output(ctx_N1HK), cache_k, cache_v
+    # Attention reads the buffers as they were (positions < index) and the new key and
+    # value beside them, so each buffer's update is its only other use and XLA writes it
+    # in place. (Read after the update, the buffers were copied every step: XLA fused the
+    # update into the product's batch-merging reshape as well as into the loop carry.)
+    q_BH1K, k_BH1K, v_BH1K = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+    earlier_111T = (jnp.arange(cache_k.shape[3]) < index)[None, None, None, :]
+    ctx_BH1K = step_attention(q_BH1K, cache_k, cache_v, earlier_111T, k_BH1K, v_BH1K)
+    cache_k = lax.dynamic_update_slice(
+        cache_k, k_BH1K.transpose(0, 1, 3, 2).astype(cache_k.dtype), (0, 0, 0, index))
+    cache_v = lax.dynamic_update_slice(cache_v, v_BH1K.astype(cache_v.dtype), (0, 0, index, 0))
+    return attn.project_output(ctx_BH1K.transpose(0, 2, 1, 3)), cache_k, cache_v
+
+
+@cpu_kernel
+def step_attention(q_BHGK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array,
+                   k_BHGK: Array, v_BHGK: Array) -> Array:
+    """G new positions per (row, head) over decode buffers that do not hold them yet:
+    query g attends to the buffer columns ``mask`` allows (broadcast to [B, H, G, X]; keys
+    transposed kt [B, H, K, X], values [B, H, X, K]) and to its own key and value
+    k, v [B, H, G, K]. The softmax over both is normalised once, at the end. Returns
+    [B, H, G, K] in q's dtype; logits and softmax in float32."""
+    dtype = q_BHGK.dtype
+    q_BHGK = q_BHGK / jnp.sqrt(q_BHGK.shape[-1]).astype(dtype)
+    # [B, H, G, K] x [B, H, K, X] -> [B, H, G, X]; each query's own logit [B, H, G, 1]
+    logits_BHGX = jnp.where(mask, lax.dot_general(q_BHGK, kt_BHKX, (((3,), (2,)), _BATCHED),
+                                                  preferred_element_type=jnp.float32), NEG_INF)
+    own_BHG1 = (q_BHGK.astype(jnp.float32) * k_BHGK.astype(jnp.float32)).sum(-1, keepdims=True)
+    max_BHG1 = jnp.maximum(logits_BHGX.max(-1, keepdims=True), own_BHG1)
+    exp_BHGX = jnp.exp(logits_BHGX - max_BHG1)
+    own_exp_BHG1 = jnp.exp(own_BHG1 - max_BHG1)
+    total_BHG1 = exp_BHGX.sum(-1, keepdims=True) + own_exp_BHG1
+    # [B, H, G, X] x [B, H, X, K] -> [B, H, G, K]
+    ctx_BHGK = lax.dot_general(exp_BHGX.astype(dtype), v_BHXK, (((3,), (2,)), _BATCHED),
+                               preferred_element_type=jnp.float32)
+    return ((ctx_BHGK + own_exp_BHG1 * v_BHGK.astype(jnp.float32)) / total_BHG1).astype(dtype)
 
 
 def _beam_step(attn, q, k, v, kt_BHKX, v_BHXK, slot_BWT, index):
@@ -147,14 +178,16 @@ def _beam_step(attn, q, k, v, kt_BHKX, v_BHXK, slot_BWT, index):
     def to_BWHK(x_N1HK):  # [B*W, 1, H, K] -> [B, W, H, K]
         return x_N1HK.reshape(batch, beam, heads, head_dim)
 
-    # Hypothesis w's key/value of position ``index`` go to slot w: W adjacent columns
+    # Attention first, over the buffers as they were (see self_attend_step); then
+    # hypothesis w's key/value of position ``index`` go to slot w: W adjacent columns
     # (keys) or rows (values) from index * W.
+    ctx_BWHK = beam_slot_attention(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index, to_BWHK(k),
+                                   to_BWHK(v))
     start = index * beam
     kt_BHKX = lax.dynamic_update_slice(
         kt_BHKX, to_BWHK(k).transpose(0, 2, 3, 1).astype(kt_BHKX.dtype), (0, 0, 0, start))
     v_BHXK = lax.dynamic_update_slice(
         v_BHXK, to_BWHK(v).transpose(0, 2, 1, 3).astype(v_BHXK.dtype), (0, 0, start, 0))
-    ctx_BWHK = beam_slot_attention(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index)
     out_N1D = attn.project_output(ctx_BWHK.reshape(batch * beam, 1, heads, head_dim))
     return out_N1D, kt_BHKX, v_BHXK
 

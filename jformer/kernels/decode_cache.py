@@ -2,9 +2,10 @@
 
 Self-attention buffers, per decoder layer:
 
-- per row (greedy, sampling): keys and values [B, H, max_len, K], heads before positions
-  so each step's products are batched over (B, H); every leaf leads with the batch, so a
-  search can tile and gather it like the plain cache;
+- per row (greedy, sampling): keys transposed [B, H, K, max_len], values
+  [B, H, max_len, K], heads before positions so each step's products are batched over
+  (B, H) and read the buffers in place; every leaf leads with the batch, so a search can
+  tile and gather it like the plain cache;
 - slot-addressed beams: keys transposed [B, H, K, max_len*W], values [B, H, max_len*W, K],
   and a slot table int32 [B, W, max_len]. Hypothesis w writes its step-t key/value into
   slot w at index t*W + w, and ``slot[b, w, t]`` names the slot holding position t of
@@ -25,10 +26,12 @@ from jformer.types import Array
 
 def init_self_cache(num_layers: int, batch: int, max_len: int, num_heads: int, head_dim: int,
                     dtype=jnp.float32) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
-    """Zeroed per-row K and V buffers: two tuples of ``num_layers`` [B, H, max_len, K]."""
-    shape = (batch, num_heads, max_len, head_dim)
-    return (tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
-            tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)))
+    """Zeroed per-row buffers: tuples of ``num_layers`` keys [B, H, K, max_len] and values
+    [B, H, max_len, K]."""
+    k_shape = (batch, num_heads, head_dim, max_len)
+    v_shape = (batch, num_heads, max_len, head_dim)
+    return (tuple(jnp.zeros(k_shape, dtype) for _ in range(num_layers)),
+            tuple(jnp.zeros(v_shape, dtype) for _ in range(num_layers)))
 
 
 def init_beam_self_cache(num_layers: int, batch: int, beam: int, max_len: int, num_heads: int,

@@ -1,5 +1,7 @@
 """kernels/attention.py's training attention and matmul.einsum: values and gradients
-against the plain forms, and bf16 backward products that XLA:CPU runs on bf16 operands."""
+against the plain forms, and bf16 backward products that XLA:CPU runs on bf16 operands;
+its decode-step attention against attention over the updated buffers, and the compiled
+decode loop's buffer copies."""
 import re
 
 import jax
@@ -7,8 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.kernels.attention import attention
+from jformer.config import ModelConfig
+from jformer.inference.batch_decode import SearchSpec, decode_batch, output_matrix
+from jformer.kernels.attention import (attention, beam_slot_attention, cached_attention,
+                                       step_attention)
 from jformer.kernels.matmul import _contract, einsum
+from jformer.model import Transformer
 from jformer.model.attention import dot_product_attention
 
 SPECS = ["BLHK,BMHK->BHLM", "BLHK,BHMK->BHLM", "BHLM,BMHK->BLHK", "BHLM,BHMK->BHLK",
@@ -141,3 +147,68 @@ def test_bfloat16_attention_gradients_run_and_match_float32(heads_first, shape_q
         np.testing.assert_allclose(g.astype(jnp.float32), r, rtol=5e-2, atol=5e-2)
     if shape_q[0] >= 16:  # model-sized: XLA:CPU's bf16 kernels run every product
         assert set(_dot_operand_dtypes(grad, q, k, v)) == {("bf16", "bf16")}
+
+
+# ------------------------------------------------------------------ decode steps
+def _buffers(seed, batch, heads, cols, head_dim, queries):
+    """q, own k, own v [B, H, G, K]; buffer keys transposed [B, H, K, X], values [B, H, X, K]."""
+    ks = jax.random.split(jax.random.PRNGKey(seed), 5)
+    own = [jax.random.normal(k, (batch, heads, queries, head_dim)) for k in ks[:3]]
+    kt = jax.random.normal(ks[3], (batch, heads, head_dim, cols))
+    v = jax.random.normal(ks[4], (batch, heads, cols, head_dim))
+    return (*own, kt, v)
+
+
+@pytest.mark.parametrize("index", [0, 3, 7])
+def test_step_attention_equals_cached_attention_over_the_updated_buffers(index):
+    # A per-row step: attention over positions < index plus the own key and value equals
+    # attention over the buffers once they hold that key and value at position index.
+    q, k, v, kt_old, v_old = _buffers(0, 2, 3, 8, 4, queries=1)
+    got = step_attention(q, kt_old, v_old, (jnp.arange(8) < index)[None, None, None, :], k, v)
+    kt_new = kt_old.at[:, :, :, index].set(k[:, :, 0])
+    v_new = v_old.at[:, :, index].set(v[:, :, 0])
+    want = cached_attention(q, kt_new, v_new, (jnp.arange(8) <= index)[None, None, None, :])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_beam_slot_attention_equals_attention_over_each_gathered_prefix():
+    batch, beam, heads, head_dim, max_len, index = 2, 3, 2, 4, 5, 3
+    q, k, v, kt, vals = _buffers(1, batch, heads, max_len * beam, head_dim, queries=beam)
+    slot = jax.random.randint(jax.random.PRNGKey(2), (batch, beam, max_len), 0, beam)
+    to_BWHK = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731  [B, H, W, K] -> [B, W, H, K]
+    got = beam_slot_attention(to_BWHK(q), kt, vals, slot, jnp.int32(index), to_BWHK(k),
+                              to_BWHK(v))
+    for b in range(batch):
+        for w in range(beam):
+            cols = [t * beam + int(slot[b, w, t]) for t in range(index)]
+            keys = jnp.concatenate([jnp.take(kt[b], jnp.array(cols), axis=2),
+                                    k[b, :, w, :, None]], -1)  # [H, K, T+1]
+            values = jnp.concatenate([jnp.take(vals[b], jnp.array(cols), axis=1),
+                                      v[b, :, w, None]], 1)  # [H, T+1, K]
+            weights = jax.nn.softmax(jnp.einsum("hk,hkt->ht", q[b, :, w] / 2.0, keys), -1)
+            np.testing.assert_allclose(got[b, w], jnp.einsum("ht,htk->hk", weights, values),
+                                       rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_decode_loop_copies_no_self_attention_buffer(beam):
+    # The step reads each buffer before its in-place update, and decode_batch compiles with
+    # XLA:CPU's region-analysis copy insertion: no step copies (or transposes) a buffer.
+    cfg = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=1,
+                      num_decoder_layers=2, d_ff=32, dropout_rate=0.0, kernels="cpu")
+    inputs = jnp.full((2, 5), 5, jnp.int32).at[:, -1].set(cfg.eos_id)
+    params = jax.jit(Transformer(cfg).init)(jax.random.PRNGKey(0), inputs, inputs)["params"]
+    spec = SearchSpec("beam" if beam > 1 else "greedy", beam, max_len=6)
+    hlo = decode_batch.lower(params, output_matrix(cfg, params), inputs, jnp.ones(2, bool),
+                             jax.random.PRNGKey(0), 0.6, model_cfg=cfg, spec=spec
+                             ).compile().as_text()
+    head_dim, cols = cfg.d_model // cfg.num_heads, 6 * beam
+    buffers = (f"f32[2,3,{head_dim},{cols}]", f"f32[2,3,{cols},{head_dim}]")
+    bodies = [re.search(r"\n" + re.escape(name) + r" .*?\n\}", hlo, re.S).group(0)
+              for name in set(re.findall(r"body=(%[\w.\-]+)", hlo))]
+    steps = [body for body in bodies if all(b in body for b in buffers)]
+    assert steps, "no loop body updates the self-attention buffers"
+    copies = [line.strip() for body in steps for line in body.splitlines()
+              if re.search(r"= f32\[[\d,]+\]\S* copy\(", line)
+              and any(line.split("= ", 1)[1].startswith(b) for b in buffers)]
+    assert not copies, copies
