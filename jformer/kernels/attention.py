@@ -71,14 +71,21 @@ def cached_attention(q_BHLK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array) 
     """softmax(Q K^T / sqrt(d_k), masked) V over decode buffers: keys transposed
     [B, H, K, X], values [B, H, X, K]; ``mask`` broadcasts to [B, H, L, X]. Returns
     [B, H, L, K] in q's dtype; logits and softmax in float32."""
-    dtype = q_BHLK.dtype
-    q_BHLK = q_BHLK / jnp.sqrt(q_BHLK.shape[-1]).astype(dtype)
+    _, logits_BHLX = _buffer_scores(q_BHLK, kt_BHKX, mask)
+    weights_BHLX = jax.nn.softmax(logits_BHLX, axis=-1)
+    # [B, H, L, X] x [B, H, X, K] -> [B, H, L, K]
+    return lax.dot_general(weights_BHLX.astype(q_BHLK.dtype), v_BHXK,
+                           (((3,), (2,)), _BATCHED))
+
+
+def _buffer_scores(q_BHLK: Array, kt_BHKX: Array, mask: Array) -> tuple[Array, Array]:
+    """(q / sqrt(d_k) in q's dtype, its float32 logits over the buffer's keys transposed
+    [B, H, K, X], NEG_INF where ``mask`` is False): [B, H, L, K], [B, H, L, X]."""
+    q_BHLK = q_BHLK / jnp.sqrt(q_BHLK.shape[-1]).astype(q_BHLK.dtype)
     # [B, H, L, K] x [B, H, K, X] -> [B, H, L, X]
     logits_BHLX = lax.dot_general(q_BHLK, kt_BHKX, (((3,), (2,)), _BATCHED),
                                   preferred_element_type=jnp.float32)
-    weights_BHLX = jax.nn.softmax(jnp.where(mask, logits_BHLX, NEG_INF), axis=-1)
-    # [B, H, L, X] x [B, H, X, K] -> [B, H, L, K]
-    return lax.dot_general(weights_BHLX.astype(dtype), v_BHXK, (((3,), (2,)), _BATCHED))
+    return q_BHLK, jnp.where(mask, logits_BHLX, NEG_INF)
 
 
 @cpu_kernel
@@ -156,10 +163,8 @@ def step_attention(q_BHGK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array,
     k, v [B, H, G, K]. The softmax over both is normalised once, at the end. Returns
     [B, H, G, K] in q's dtype; logits and softmax in float32."""
     dtype = q_BHGK.dtype
-    q_BHGK = q_BHGK / jnp.sqrt(q_BHGK.shape[-1]).astype(dtype)
-    # [B, H, G, K] x [B, H, K, X] -> [B, H, G, X]; each query's own logit [B, H, G, 1]
-    logits_BHGX = jnp.where(mask, lax.dot_general(q_BHGK, kt_BHKX, (((3,), (2,)), _BATCHED),
-                                                  preferred_element_type=jnp.float32), NEG_INF)
+    q_BHGK, logits_BHGX = _buffer_scores(q_BHGK, kt_BHKX, mask)  # [B, H, G, X]
+    # each query's own logit [B, H, G, 1]
     own_BHG1 = (q_BHGK.astype(jnp.float32) * k_BHGK.astype(jnp.float32)).sum(-1, keepdims=True)
     max_BHG1 = jnp.maximum(logits_BHGX.max(-1, keepdims=True), own_BHG1)
     exp_BHGX = jnp.exp(logits_BHGX - max_BHG1)
