@@ -2,12 +2,16 @@
 
     python bench/compare.py [--train-configs small,base] [--dtypes float32,bfloat16]
         [--decode-shapes 32x1,32x4,1x1,1x4] [--peers flax,marian,ct2] [--rounds 3]
-        [--peer-python PY] [--ct2-threads 1,2] [--out compare.json] [--quick]
+        [--peer-python PY] [--ct2-threads 1,2] [--jformer-devices 1,2] [--out compare.json]
+        [--quick]
 
 What runs, each measurement in its own process:
 
 - jformer: bench/bench_train.py (one config, one dtype) and bench/bench_decode.py (the
-  small config, one batch x beam shape, one dtype);
+  small config, one batch x beam shape, one dtype), decoding once per device setting
+  (``--devices n`` for each n of --jformer-devices that divides a batch over 1: the batch
+  decoded data-parallel over n CPU devices, as ``jformer translate --devices n`` does);
+  the best setting counts, as CTranslate2's does;
 - the Flax WMT example: ../shared/bench/peer_flax_wmt.py's worker (the example's
   models.py in a jitted train step; its decode.beam_search, beam 1 for greedy), float32,
   with jformer's interpreter; its source comes from FLAX_WMT_DIR (../shared/bench/README.md);
@@ -72,7 +76,7 @@ class Job:
     argv: list[str]
     key: str  # the result field holding tokens/s
     json_path: str = ""  # jformer: the result is rows[0] of this file; peers: RESULT line
-    detail: str = ""  # CTranslate2's thread setting
+    detail: str = ""  # the setting: CTranslate2's threads, jformer's decoding devices
     peer: bool = True
 
 
@@ -88,6 +92,8 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps / calls")
     p.add_argument("--decode-calls", type=int, default=10, help="timed calls, every side")
     p.add_argument("--ct2-threads", default="1,2")
+    p.add_argument("--jformer-devices", default="1,2",
+                   help="jformer's decoding device settings (batches over 1 that n divides)")
     p.add_argument("--peer-python", default=sys.executable,
                    help="interpreter with torch, transformers and ctranslate2 for "
                         "peer_torch.py (e.g. ~/peers-venv/bin/python)")
@@ -106,7 +112,7 @@ def _parse(argv=None) -> argparse.Namespace:
         args.rounds, args.train_configs, args.dtypes, args.decode_shapes = 1, "small", \
             "float32", "1x1"
         args.train_steps, args.warmup, args.decode_calls = 2, 1, 2
-        args.ct2_threads, args.no_gate = "1", True
+        args.ct2_threads, args.jformer_devices, args.no_gate = "1", "1", True
     return args
 
 
@@ -178,6 +184,12 @@ def _flax_worker(*options) -> list[str]:
             *map(str, options)]
 
 
+def jformer_devices(batch: int, devices: list[int]) -> list[int]:
+    """The device counts jformer decodes a batch with: 1, and each n > 1 that divides a
+    batch over 1 (bench_decode.py's --devices keeps batch 1 on one device)."""
+    return [n for n in devices if n == 1 or (batch > 1 and batch % n == 0)]
+
+
 def ct2_settings(batch: int, threads: list[int]) -> list[tuple[int, int, int]]:
     """(inter_threads, intra_threads, max_batch_size): one worker of n threads; n
     one-thread workers splitting a batch over 1."""
@@ -212,9 +224,12 @@ def decode_jobs(args, batch: int, beam: int, peers: list[str], tmp: str,
     ours = [Job(group, f"jformer {d}", [
         sys.executable, os.path.join(REPO, "bench", "bench_decode.py"), "--configs",
         DECODE_CONFIG, "--batches", str(batch), "--beams", str(beam), "--dtype", d,
-        "--repeats", str(args.decode_calls), "--recompute", "none", "--no-floor"],
-        "cached", json_path=os.path.join(tmp, f"decode-{batch}x{beam}-{d}.json"), peer=False)
-        for d in _list(args.dtypes)]
+        "--repeats", str(args.decode_calls), "--recompute", "none", "--no-floor",
+        "--devices", str(n)], "cached",
+        json_path=os.path.join(tmp, f"decode-{batch}x{beam}-{d}-{n}.json"), peer=False,
+        detail=f"{n} device{'s' if n > 1 else ''}")
+        for d in _list(args.dtypes)
+        for n in jformer_devices(batch, [int(n) for n in _list(args.jformer_devices)])]
     theirs = []
     if "flax" in peers:
         theirs.append(Job(group, "Flax WMT", _flax_worker(
@@ -337,7 +352,8 @@ def run_meta(env: dict) -> dict:
 # ------------------------------------------------------------------------ summary
 def summarize(records: list[dict]) -> tuple[dict, dict]:
     """Median over rounds per (group, engine, detail); per (group, engine) the best
-    detail (CTranslate2's thread settings). Returns (tok/s, chosen details)."""
+    detail (CTranslate2's thread settings, jformer's decoding devices). Returns (tok/s,
+    chosen details)."""
     runs: dict = {}
     for r in records:
         if "tok_s" in r:
@@ -428,10 +444,9 @@ def main(argv=None) -> int:
     engines = list(dict.fromkeys(j.engine for j in jobs))
     print("\n" + tables(best, list(dict.fromkeys(j.group for j in jobs)), engines))
     for g, details in chosen.items():
-        ct = {e: d for e, d in details.items() if d}
-        if ct:
-            print(f"CTranslate2's best setting, {g}: "
-                  + "; ".join(f"{e} {d}" for e, d in ct.items()))
+        settings = {e: d for e, d in details.items() if d}
+        if settings:
+            print(f"Best setting, {g}: " + "; ".join(f"{e} {d}" for e, d in settings.items()))
     if args.out:
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         write_json(args.out, dict(

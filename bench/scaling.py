@@ -61,6 +61,8 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--decode-calls", type=int, default=5)
     p.add_argument("--ct2-threads", default="1,2")
+    p.add_argument("--jformer-devices", default="1,2",
+                   help="jformer's decoding device settings (batches over 1 that n divides)")
     p.add_argument("--peer-python", default=sys.executable)
     p.add_argument("--no-gate", action="store_true")
     p.add_argument("--timeout", type=float, default=1800.0)
@@ -74,6 +76,7 @@ def _parse(argv=None) -> argparse.Namespace:
     if args.quick:
         args.train_batches, args.decode_batches, args.sizes = "2,4", "1,2", "small"
         args.size_batch, args.dtypes, args.decode_calls, args.no_gate = 2, "float32", 2, True
+        args.jformer_devices = "1"
     for name in ("train_batches", "decode_batches"):
         values = getattr(args, name)
         if not all(x.isdigit() and int(x) > 0 for x in compare._list(values)):
@@ -114,7 +117,8 @@ def train_jobs(args, config: str, batch: int, peers: list[str], tmp: str
 
 def collect(records: list[dict]) -> tuple[dict, dict]:
     """({group: {engine: tok/s}}, {group: {engine: peak MiB}}): medians over the rounds;
-    for an engine with several settings (CTranslate2), the fastest one's figures."""
+    for an engine with several settings (CTranslate2's threads, jformer's decoding
+    devices), the fastest one's figures."""
     best, chosen = compare.summarize(records)
     memory: dict = {}
     for group, engines in chosen.items():

@@ -42,6 +42,14 @@ def test_every_process_gets_the_huge_page_malloc_once(monkeypatch):
     assert again["PEER_NO_GATE"] == "1" and "PEER_NO_GATE" not in env
 
 
+def test_jformer_decodes_a_batch_over_1_on_each_device_count_that_divides_it():
+    assert compare.jformer_devices(1, [1, 2]) == [1]
+    assert compare.jformer_devices(32, [1, 2, 3, 4]) == [1, 2, 4]
+    args = compare._parse(["--dtypes", "float32", "--jformer-devices", "1,2"])
+    ours, _ = compare.decode_jobs(args, 1, 4, [], "/tmp", "")
+    assert [(j.engine, j.detail) for j in ours] == [("jformer float32", "1 device")]
+
+
 def test_ctranslate2_thread_settings():
     assert compare.ct2_settings(1, [1, 2]) == [(1, 1, 0), (1, 2, 0)]
     assert compare.ct2_settings(32, [1, 2]) == [(1, 1, 0), (1, 2, 0), (2, 1, 16)]
@@ -51,8 +59,11 @@ def test_decode_group_holds_each_side_in_its_own_process(tmp_path):
     args = compare._parse(["--dtypes", "float32,bfloat16", "--ct2-threads", "1,2"])
     ours, theirs = compare.decode_jobs(args, 32, 4, ["flax", "marian", "ct2"], str(tmp_path),
                                        "/ct2")
-    assert [j.engine for j in ours] == ["jformer float32", "jformer bfloat16"]
-    assert len({j.json_path for j in ours}) == 2
+    assert [(j.engine, j.detail) for j in ours] == [
+        ("jformer float32", "1 device"), ("jformer float32", "2 devices"),
+        ("jformer bfloat16", "1 device"), ("jformer bfloat16", "2 devices")]
+    assert [j.argv[j.argv.index("--devices") + 1] for j in ours] == ["1", "2", "1", "2"]
+    assert len({j.json_path for j in ours}) == 4
     assert [(j.engine, j.detail) for j in theirs] == [
         ("Flax WMT", ""), ("HF Marian", ""),
         ("CTranslate2 float32", "1 thread"), ("CTranslate2 float32", "2 threads"),
