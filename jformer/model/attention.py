@@ -128,8 +128,9 @@ class MultiHeadAttention(nn.Module):
     def project_qkv(self, x_BLD: Array) -> tuple[Array, Array, Array]:
         """Self-attention Q, K, V of x [B, L, D], each [B, L, H, K]."""
         qkv_BLJHK = self.project(x_BLD, self.qkv_kernel)  # J = 3: Q, K, V
-        return (self.add_bias(qkv_BLJHK[:, :, 0], self.q_bias), qkv_BLJHK[:, :, 1],
-                self.add_bias(qkv_BLJHK[:, :, 2], self.v_bias))
+        # split, not indexing: its gradient is one concatenate, not three pads summed
+        q_BLHK, k_BLHK, v_BLHK = (a[:, :, 0] for a in jnp.split(qkv_BLJHK, 3, axis=2))
+        return (self.add_bias(q_BLHK, self.q_bias), k_BLHK, self.add_bias(v_BLHK, self.v_bias))
 
     def project_query(self, x_BLD: Array) -> Array:
         """Cross-attention queries of decoder states x [B, L, D]: [B, L, H, K]."""
