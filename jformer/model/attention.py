@@ -142,7 +142,8 @@ class MultiHeadAttention(nn.Module):
         if self.kernels == "cpu":
             return cpu_attention.project_memory(self, memory_BMD)
         kv_BMJHK = self.project(memory_BMD, self.kv_kernel)  # J = 2: K, V
-        return kv_BMJHK[:, :, 0], kv_BMJHK[:, :, 1] + self.v_bias.astype(self.dtype)
+        k_BMHK, v_BMHK = (a[:, :, 0] for a in jnp.split(kv_BMJHK, 2, axis=2))  # as project_qkv
+        return k_BMHK, v_BMHK + self.v_bias.astype(self.dtype)
 
     def project_output(self, ctx_BLHK: Array) -> Array:
         """Concat(head_1..head_h) W^O + b: [B, L, H, K] -> [B, L, D]."""

@@ -93,23 +93,33 @@ def test_attention_weights_are_sown_on_request():
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
 
 
-@pytest.mark.parametrize("kernels", ["plain", "cpu"])
-def test_qkv_projection_gradient_concatenates_instead_of_summing_pads(kernels):
-    # Q, K, V come out of one [D, 3, H, K] product. Indexing the J axis makes the
-    # gradient three zero-padded arrays summed (in a bf16 small train step, six [2048, 768]
-    # fusions, 25 ms of a traced 742); jnp.split makes it one concatenate. Same values
-    # either way (test_multi_head_self_attention_matches_manual_projection).
-    mha = MultiHeadAttention(num_heads=2, d_model=8, kernels=kernels)
+def _projection_gradient(kernels, method, weights):
+    """(the jitted gradient's StableHLO, its value with respect to the kernel, the
+    expected value) of sum_j w_j * sum(out_j)."""
+    cross = method is MultiHeadAttention.project_memory
+    mha = MultiHeadAttention(num_heads=2, d_model=8, cross=cross, kernels=kernels)
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 8))
-    params = mha.init(jax.random.PRNGKey(1), x, method=MultiHeadAttention.project_qkv)
+    params = mha.init(jax.random.PRNGKey(1), x, method=method)
 
     def loss(p):
-        q, k, v = mha.apply(p, x, method=MultiHeadAttention.project_qkv)
-        return (q * 1.0 + k * 2.0 + v * 3.0).sum()
+        return sum(w * a.sum() for w, a in zip(weights, mha.apply(p, x, method=method)))
 
     grad = jax.jit(jax.grad(loss))
-    hlo = grad.lower(params).as_text()
-    assert " pad(" not in hlo and "stablehlo.pad" not in hlo
-    g = grad(params)["params"]["qkv_kernel"]  # d/dW of sum(w_j * x W_j) = w_j * sum_l x
-    want = np.einsum("bld->d", x)[:, None, None, None] * np.array([1.0, 2.0, 3.0])[:, None, None]
-    np.testing.assert_allclose(g, np.broadcast_to(want, g.shape), rtol=1e-5)
+    kernel = "kv_kernel" if cross else "qkv_kernel"
+    # d/dW_j of sum(w_j * x W_j) = w_j * (x summed over batch and length), per D row
+    want = np.einsum("bld->d", x)[:, None, None, None] * np.array(weights)[:, None, None]
+    return grad.lower(params).as_text(), grad(params)["params"][kernel], want
+
+
+@pytest.mark.parametrize("kernels", ["plain", "cpu"])
+@pytest.mark.parametrize("method", [MultiHeadAttention.project_qkv,
+                                    MultiHeadAttention.project_memory])
+def test_qkv_and_kv_projection_gradients_concatenate_instead_of_summing_pads(kernels, method):
+    # Q, K, V (and cross-attention K, V) come out of one [D, J, H, K] product. Indexing
+    # the J axis makes the gradient zero-padded arrays summed (in a bf16 small train step,
+    # six [2048, 768] fusions, 25 ms of a traced 742); jnp.split makes it one
+    # concatenate. Same values either way (test_multi_head_self_attention_matches_...).
+    weights = [1.0, 2.0, 3.0] if method is MultiHeadAttention.project_qkv else [1.0, 2.0]
+    hlo, grad, want = _projection_gradient(kernels, method, weights)
+    assert "stablehlo.pad" not in hlo
+    np.testing.assert_allclose(grad, np.broadcast_to(want, grad.shape), rtol=1e-5)
