@@ -128,8 +128,7 @@ def project_memory(attn, memory_BMD: Array) -> tuple[Array, Array]:
     # [B, M, D] x [D, 2, H, K] -> [B, M, 2, H, K] -> [2, B, H, M, K]
     kv_JBHMK = attn.add_bias(attn.project(memory_BMD, attn.kv_kernel),
                              bias_JHK).transpose(2, 0, 3, 1, 4)
-    k_1BHMK, v_1BHMK = jnp.split(kv_JBHMK, 2)  # gradient: a concatenate, not pads summed
-    return k_1BHMK[0], v_1BHMK[0]
+    return jnp.unstack(kv_JBHMK)  # gradient: a concatenate, not pads summed
 
 
 @cpu_kernel

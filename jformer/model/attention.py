@@ -128,8 +128,8 @@ class MultiHeadAttention(nn.Module):
     def project_qkv(self, x_BLD: Array) -> tuple[Array, Array, Array]:
         """Self-attention Q, K, V of x [B, L, D], each [B, L, H, K]."""
         qkv_BLJHK = self.project(x_BLD, self.qkv_kernel)  # J = 3: Q, K, V
-        # split, not indexing: its gradient is one concatenate, not three pads summed
-        q_BLHK, k_BLHK, v_BLHK = (a[:, :, 0] for a in jnp.split(qkv_BLJHK, 3, axis=2))
+        # unstack, not indexing: its gradient is one concatenate, not three pads summed
+        q_BLHK, k_BLHK, v_BLHK = jnp.unstack(qkv_BLJHK, axis=2)
         return (self.add_bias(q_BLHK, self.q_bias), k_BLHK, self.add_bias(v_BLHK, self.v_bias))
 
     def project_query(self, x_BLD: Array) -> Array:
@@ -142,7 +142,7 @@ class MultiHeadAttention(nn.Module):
         if self.kernels == "cpu":
             return cpu_attention.project_memory(self, memory_BMD)
         kv_BMJHK = self.project(memory_BMD, self.kv_kernel)  # J = 2: K, V
-        k_BMHK, v_BMHK = (a[:, :, 0] for a in jnp.split(kv_BMJHK, 2, axis=2))  # as project_qkv
+        k_BMHK, v_BMHK = jnp.unstack(kv_BMJHK, axis=2)  # as project_qkv
         return k_BMHK, v_BMHK + self.v_bias.astype(self.dtype)
 
     def project_output(self, ctx_BLHK: Array) -> Array:

@@ -117,7 +117,7 @@ def _projection_gradient(kernels, method, weights):
 def test_qkv_and_kv_projection_gradients_concatenate_instead_of_summing_pads(kernels, method):
     # Q, K, V (and cross-attention K, V) come out of one [D, J, H, K] product. Indexing
     # the J axis makes the gradient zero-padded arrays summed (in a bf16 small train step,
-    # six [2048, 768] fusions, 25 ms of a traced 742); jnp.split makes it one
+    # six [2048, 768] fusions, 25 ms of a traced 742); jnp.unstack makes it one
     # concatenate. Same values either way (test_multi_head_self_attention_matches_...).
     weights = [1.0, 2.0, 3.0] if method is MultiHeadAttention.project_qkv else [1.0, 2.0]
     hlo, grad, want = _projection_gradient(kernels, method, weights)
