@@ -185,9 +185,10 @@ def _flax_worker(*options) -> list[str]:
 
 
 def jformer_devices(batch: int, devices: list[int]) -> list[int]:
-    """The device counts jformer decodes a batch with: 1, and each n > 1 that divides a
-    batch over 1 (bench_decode.py's --devices keeps batch 1 on one device)."""
-    return [n for n in devices if n == 1 or (batch > 1 and batch % n == 0)]
+    """The device counts of ``devices`` jformer decodes a batch with: 1, and each n > 1
+    that divides a batch over 1 (bench_decode.py's --devices keeps batch 1 on one
+    device); one device where none of them applies, so every shape is measured."""
+    return [n for n in devices if n == 1 or (batch > 1 and batch % n == 0)] or [1]
 
 
 def ct2_settings(batch: int, threads: list[int]) -> list[tuple[int, int, int]]:

@@ -45,6 +45,7 @@ def test_every_process_gets_the_huge_page_malloc_once(monkeypatch):
 def test_jformer_decodes_a_batch_over_1_on_each_device_count_that_divides_it():
     assert compare.jformer_devices(1, [1, 2]) == [1]
     assert compare.jformer_devices(32, [1, 2, 3, 4]) == [1, 2, 4]
+    assert compare.jformer_devices(1, [2]) == [1] and compare.jformer_devices(6, [4]) == [1]
     args = compare._parse(["--dtypes", "float32", "--jformer-devices", "1,2"])
     ours, _ = compare.decode_jobs(args, 1, 4, [], "/tmp", "")
     assert [(j.engine, j.detail) for j in ours] == [("jformer float32", "1 device")]
