@@ -48,7 +48,7 @@ from jformer.model.transformer import Transformer  # noqa: E402
 from jformer.files import write_json  # noqa: E402
 from jformer.mesh import make_mesh  # noqa: E402
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,  # noqa: E402
-                               output_matrix)
+                               output_matrix, packed_weights)
 
 CONFIGS = {
     "small": ModelConfig(vocab_size=8192, d_model=256, num_heads=4, d_ff=1024,
@@ -75,6 +75,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--devices", type=int, default=1,
                    help="CPU devices to split the cores into; batches they divide are "
                         "decoded data-parallel over them")
+    p.add_argument("--rows-kernel", default="on", choices=("on", "off"),
+                   help="on: few-row float32 steps of \"cpu\" kernels read packed weights "
+                        "(jformer.kernels.rows_matmul), as Translator does; off: XLA's dot")
     p.add_argument("--recompute", default="auto", choices=("auto", "all", "none"),
                    help="auto: time the recompute baseline only where it takes seconds "
                         "(and the 64-token ratio at batch 1)")
@@ -144,7 +147,8 @@ def _compile(jitted, args, **static):
 
 
 def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int,
-            recompute: bool, chunk_size: int, dtype: str = "float32", devices: int = 1) -> dict:
+            recompute: bool, chunk_size: int, dtype: str = "float32", devices: int = 1,
+            rows_kernel: bool = True) -> dict:
     """Tokens/s of the cached search (and of the recompute baseline if asked)."""
     cfg = dataclasses.replace(CONFIGS[name], dtype=dtype)
     rng = np.random.default_rng(batch * 7 + beam)
@@ -154,14 +158,15 @@ def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int
                       min_len=gen_len, chunk_size=chunk_size)
     # Prepared once per model, like Translator does (not part of a decode call).
     output_DV = jax.block_until_ready(output_matrix(cfg, params))
+    packed = jax.block_until_ready(packed_weights(cfg, params) if rows_kernel else None)
     args = (params, output_DV, inputs_BS, np.ones(batch, bool), jax.random.key(0),
-            np.float32(ALPHA if beam > 1 else 0.0))
+            np.float32(ALPHA if beam > 1 else 0.0), np.float32(1.0), packed)
     split = devices > 1 and batch % devices == 0
     if split:
         mesh = make_mesh(jax.devices()[:devices])
         replicated = NamedSharding(mesh, PartitionSpec())
         args = (jax.device_put(params, replicated), jax.device_put(output_DV, replicated),
-                *args[2:])
+                *args[2:-1], jax.device_put(packed, replicated))
         compiled, compile_s = _compile(decode_batch_parallel, args, model_cfg=cfg, spec=spec,
                                        mesh=mesh)
     else:
@@ -266,7 +271,8 @@ def main(args: argparse.Namespace) -> None:
     repeats = 3 if args.quick else args.repeats
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs; "
           f"{args.dtype}, random params, source length {SRC_LEN}, {GEN_LEN} generated tokens "
-          f"per sentence, median of {repeats} calls, model.kernels {args.kernels}")
+          f"per sentence, median of {repeats} calls, model.kernels {args.kernels}, "
+          f"rows kernel {args.rows_kernel}")
     rows, ratio_rows = [], []
     for name in configs:
         cfg = CONFIGS[name]
@@ -276,14 +282,16 @@ def main(args: argparse.Namespace) -> None:
             for beam in _ints(args.beams):
                 row = measure(name, params, batch, beam, GEN_LEN, repeats,
                               _want_recompute(args, name, batch, beam, GEN_LEN),
-                              args.chunk_size, args.dtype, args.devices)
+                              args.chunk_size, args.dtype, args.devices,
+                              args.rows_kernel == "on")
                 rows.append(row)
                 print(f"  {name} batch {batch} beam {beam}: {row['cached']:,.0f} tok/s "
                       f"cached, {_fmt(row['recompute'])} recompute", flush=True)
         for batch in _ints(args.batches):
             if _want_recompute(args, name, batch, 1, RATIO_LEN):
                 ratio_rows.append(measure(name, params, batch, 1, RATIO_LEN, repeats, True,
-                                          args.chunk_size, args.dtype))
+                                          args.chunk_size, args.dtype, 1,
+                                          args.rows_kernel == "on"))
     print_table(rows)
     if args.json:
         write_json(args.json, {"dtype": args.dtype, "src_len": SRC_LEN, "gen_len": GEN_LEN,

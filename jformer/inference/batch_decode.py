@@ -19,9 +19,10 @@ from jax.sharding import PartitionSpec as P
 from jformer import search
 from jformer.config import ModelConfig
 from jformer.mesh import AXIS
+from jformer.kernels import rows_matmul
 from jformer.kernels.decode_cache import reorder_slots
 from jformer.model import DecodeCache, Transformer
-from jformer.model.layers import kernels_of
+from jformer.model.layers import dtype_of, kernels_of
 from jformer.types import NEG_INF, Array, PyTree
 
 _TRACES: collections.Counter = collections.Counter()  # (inputs shape, spec) -> traces
@@ -66,9 +67,27 @@ def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
                                          method=Transformer.output_layer)[0].T)(params)
 
 
+def packed_weights(model_cfg: ModelConfig, params: PyTree) -> PyTree | None:
+    """For "cpu" kernels computing in float32 on the CPU, the decoder's weight matrices
+    packed once for :mod:`jformer.kernels.rows_matmul` (its variable collection); None
+    otherwise, or where its library cannot be built (decoding then keeps XLA's dot)."""
+    if (not model_cfg.cpu_kernels or dtype_of(model_cfg) != jnp.float32
+            or jax.default_backend() != "cpu" or not rows_matmul.available()):
+        return None
+    model = Transformer(model_cfg)
+    output_VD = model.apply({"params": params}, method=Transformer.output_layer)[0]
+    return rows_matmul.pack_decoder(params["decoder"], output_VD.T)
+
+
+# Decode steps of at most this many rows (batch x beam) read the packed weights; larger
+# ones XLA's dot, which the kernel's 4-row register tiles stop beating beyond it
+# (bench/README.md, "Decode-step products over packed weights").
+PACKED_ROWS_MAX = 32
+
+
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
-                 valid_B: Array | None = None, output_DV: Array | None = None
-                 ) -> tuple[search.StepFn, PyTree]:
+                 valid_B: Array | None = None, output_DV: Array | None = None,
+                 packed: PyTree | None = None) -> tuple[search.StepFn, PyTree]:
     """The cached decoder step as a :mod:`jformer.search.loop` step function.
 
     Returns (step_fn, state). ``state`` is the self-attention cache (self_k, self_v, slot),
@@ -82,6 +101,8 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
     teacher forcing; a vocabulary without BOS, bos_id -1, bans PAD alone).
     Rows whose ``valid_B`` is False (batch padding) get logits that force EOS.
     ``output_DV``: :func:`output_matrix` of the params ("cpu" kernels).
+    ``packed``: :func:`packed_weights` of the params, read by steps of at most
+    ``PACKED_ROWS_MAX`` rows.
     """
     cfg = model.cfg
     vocab_V = jnp.arange(cfg.vocab_size)
@@ -97,7 +118,10 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
                 f"search stepped {tokens_N.shape[0]}: init_decode_state's beam_size must "
                 "be the search's beam_size")
         full = cache.replace(self_k=self_k, self_v=self_v, slot=slot)
-        logits_NV, new = model.apply({"params": params}, tokens_N, step, full, output_DV,
+        variables = {"params": params}
+        if packed is not None and tokens_N.shape[0] <= PACKED_ROWS_MAX:
+            variables[rows_matmul.COLLECTION] = packed
+        logits_NV, new = model.apply(variables, tokens_N, step, full, output_DV,
                                      method=Transformer.decode_step)
         logits_NV = jnp.where(banned_V, NEG_INF, logits_NV)
         if valid_B is not None:
@@ -133,8 +157,8 @@ DECODE_COMPILER_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
 
 def decode_program(params: PyTree, output_DV: Array | None, inputs_BS: Array, valid_B: Array,
                  rng: Array, alpha: jax.typing.ArrayLike = 0.0,
-                 temperature: jax.typing.ArrayLike = 1.0, *, model_cfg: ModelConfig,
-                 spec: SearchSpec) -> search.DecodeResult:
+                 temperature: jax.typing.ArrayLike = 1.0, packed: PyTree | None = None, *,
+                 model_cfg: ModelConfig, spec: SearchSpec) -> search.DecodeResult:
     """Encode + init cache + search for one batch, as one compiled program.
 
     Args:
@@ -146,6 +170,7 @@ def decode_program(params: PyTree, output_DV: Array | None, inputs_BS: Array, va
         key gives row b ``fold_in(rng, b)``, see :func:`search.row_keys`).
       alpha: beam search's length-penalty exponent (>= 0, checked by the caller).
       temperature: sampling's temperature (> 0, checked by the caller).
+      packed: :func:`packed_weights` of the params (computed once per model), or None.
     Returns:
       DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
       finished [batch, beam] (beam = 1 for greedy and sampling).
@@ -156,7 +181,7 @@ def decode_program(params: PyTree, output_DV: Array | None, inputs_BS: Array, va
     slots = spec.method == "beam" and kernels == "cpu"
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
                             spec.beam_size if slots else None)
-    step_fn, state = make_step_fn(model, params, cache, valid_B, output_DV)
+    step_fn, state = make_step_fn(model, params, cache, valid_B, output_DV, packed)
     # The searches' first input: BOS, or PAD under model.decoder_start="pad" (Marian).
     ids = dict(bos_id=model_cfg.start_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
     common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
@@ -186,8 +211,9 @@ decode_batch = jax.jit(decode_program, static_argnames=("model_cfg", "spec"),
                    compiler_options=DECODE_COMPILER_OPTIONS)
 def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Array,
                           valid_B: Array, rng: Array, alpha: jax.typing.ArrayLike = 0.0,
-                          temperature: jax.typing.ArrayLike = 1.0, *,
-                          model_cfg: ModelConfig, spec: SearchSpec,
+                          temperature: jax.typing.ArrayLike = 1.0,
+                          packed: PyTree | None = None, *, model_cfg: ModelConfig,
+                          spec: SearchSpec,
                           mesh: jax.sharding.Mesh) -> search.DecodeResult:
     """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
 
@@ -197,14 +223,15 @@ def decode_batch_parallel(params: PyTree, output_DV: Array | None, inputs_BS: Ar
     products may differ; each row samples with its own key of ``rng``, so sampling
     gives what one device gives, too). ``num_steps`` is the largest over the devices.
     """
-    def local(p, o, x, v, r, a, t):
-        out = decode_program(p, o, x, v, r, a, t, model_cfg=model_cfg, spec=spec)
+    def local(p, o, x, v, r, a, t, w):
+        out = decode_program(p, o, x, v, r, a, t, w, model_cfg=model_cfg, spec=spec)
         return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
 
     rows = P(AXIS)
     keys_B = search.row_keys(rng, inputs_BS.shape[0])
-    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, rows, P(), P()),
+    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, rows, P(), P(), P()),
                         out_specs=search.DecodeResult(rows, rows, rows, rows, rows),
                         check_vma=False)(params, output_DV, inputs_BS, valid_B, keys_B,
-                                         jnp.float32(alpha), jnp.float32(temperature))
+                                         jnp.float32(alpha), jnp.float32(temperature),
+                                         packed)
     return out._replace(num_steps=out.num_steps.max())

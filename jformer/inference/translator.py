@@ -26,7 +26,8 @@ from jformer import search
 from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
-                                            encode_and_init, make_step_fn, output_matrix)
+                                            encode_and_init, make_step_fn, output_matrix,
+                                            packed_weights)
 from jformer.inference import memory, segment
 from jformer.inference.keys import key_source, source_keys
 from jformer.inference.precision import for_decoding
@@ -87,6 +88,7 @@ class Translator:
         self.params = jax.device_put(params, local[0] if self.mesh is None
                                      else NamedSharding(self.mesh, P()))
         self.output_DV = output_matrix(model_cfg, self.params)
+        self.packed = packed_weights(model_cfg, self.params)  # few-row decode steps' weights
         self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
 
     @classmethod
@@ -325,10 +327,11 @@ class Translator:
         knobs = (np.float32(alpha), np.float32(temperature))
         if self.mesh is None:
             out = decode_batch(self.params, self.output_DV, inputs_BS, valid_B, rng, *knobs,
-                               model_cfg=cfg, spec=spec)
+                               self.packed, model_cfg=cfg, spec=spec)
         else:
             out = decode_batch_parallel(self.params, self.output_DV, inputs_BS, valid_B, rng,
-                                        *knobs, model_cfg=cfg, spec=spec, mesh=self.mesh)
+                                        *knobs, self.packed, model_cfg=cfg, spec=spec,
+                                        mesh=self.mesh)
         n = len(rows)
         tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
         scores_NW = np.asarray(out.scores)[:n, :n_best].astype(np.float64)
@@ -348,7 +351,8 @@ class Translator:
         model = Transformer(self.model_cfg)
         init = jax.jit(lambda p, x: encode_and_init(model, p, x, max_len))
         cache = init(self.params, jnp.asarray(inputs_BS))
-        return make_step_fn(model, self.params, cache, output_DV=self.output_DV)
+        return make_step_fn(model, self.params, cache, output_DV=self.output_DV,
+                            packed=self.packed)
 
 def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
                 n_best: int, batch_size: int, max_len: int | None) -> None:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from jformer.kernels import rows_matmul
 from jformer.kernels.matmul import dense
 from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array
@@ -64,4 +65,8 @@ class Dense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features),
                             jnp.float32)
         bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
+        if self.has_variable(rows_matmul.COLLECTION, "kernel"):  # a decode step's
+            packed = self.get_variable(rows_matmul.COLLECTION, "kernel")
+            y = rows_matmul.dense(x.astype(self.dtype), packed, self.features)
+            return add_bias(y.astype(self.dtype), bias)
         return add_bias(dense(x.astype(self.dtype), kernel), bias)

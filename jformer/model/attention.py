@@ -23,6 +23,7 @@ from flax import linen as nn
 from jax import lax
 
 from jformer.kernels import attention as cpu_attention
+from jformer.kernels import rows_matmul
 from jformer.kernels.bias import add_bias
 from jformer.kernels.matmul import dense
 from jformer.model.masks import NEG_INF
@@ -110,12 +111,19 @@ class MultiHeadAttention(nn.Module):
         self.out_bias = self.param("out_bias", nn.initializers.zeros, (self.d_model,))
 
     # ------------------------------------------------------------------ projections
-    def project(self, x_BLD: Array, kernel: Array) -> Array:
-        """x [B, L, D] . kernel [D, *S] -> [B, L, *S] in the compute dtype."""
+    def project(self, x_BLD: Array, kernel: Array, name: str | None = None) -> Array:
+        """x [B, L, D] . kernel [D, *S] -> [B, L, *S] in the compute dtype. ``name``: the
+        parameter's, under which a "cpu" decode step may pass it packed
+        (:mod:`jformer.kernels.rows_matmul`)."""
         x_BLD, kernel = x_BLD.astype(self.dtype), kernel.astype(self.dtype)
         if self.kernels == "cpu":  # one 2-D product with a CPU-friendly gradient
             d, *rest = kernel.shape
-            return dense(x_BLD, kernel.reshape(d, -1)).reshape(x_BLD.shape[:-1] + tuple(rest))
+            if name is not None and self.has_variable(rows_matmul.COLLECTION, name):
+                packed = self.get_variable(rows_matmul.COLLECTION, name)
+                y_BLO = rows_matmul.dense(x_BLD, packed, kernel.size // d).astype(self.dtype)
+            else:
+                y_BLO = dense(x_BLD, kernel.reshape(d, -1))
+            return y_BLO.reshape(x_BLD.shape[:-1] + tuple(rest))
         return jnp.tensordot(x_BLD, kernel, axes=1)
 
     def add_bias(self, y: Array, bias: Array) -> Array:
@@ -127,14 +135,14 @@ class MultiHeadAttention(nn.Module):
 
     def project_qkv(self, x_BLD: Array) -> tuple[Array, Array, Array]:
         """Self-attention Q, K, V of x [B, L, D], each [B, L, H, K]."""
-        qkv_BLJHK = self.project(x_BLD, self.qkv_kernel)  # J = 3: Q, K, V
+        qkv_BLJHK = self.project(x_BLD, self.qkv_kernel, "qkv_kernel")  # J = 3: Q, K, V
         # unstack, not indexing: its gradient is one concatenate, not three pads summed
         q_BLHK, k_BLHK, v_BLHK = jnp.unstack(qkv_BLJHK, axis=2)
         return (self.add_bias(q_BLHK, self.q_bias), k_BLHK, self.add_bias(v_BLHK, self.v_bias))
 
     def project_query(self, x_BLD: Array) -> Array:
         """Cross-attention queries of decoder states x [B, L, D]: [B, L, H, K]."""
-        return self.add_bias(self.project(x_BLD, self.q_kernel), self.q_bias)
+        return self.add_bias(self.project(x_BLD, self.q_kernel, "q_kernel"), self.q_bias)
 
     def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
         """Cross-attention keys and values of the encoder output: each [B, M, H, K]
@@ -148,7 +156,8 @@ class MultiHeadAttention(nn.Module):
     def project_output(self, ctx_BLHK: Array) -> Array:
         """Concat(head_1..head_h) W^O + b: [B, L, H, K] -> [B, L, D]."""
         return self.add_bias(self.project(ctx_BLHK.reshape(ctx_BLHK.shape[:2] + (-1,)),
-                                          self.out_kernel.reshape(-1, self.d_model)),
+                                          self.out_kernel.reshape(-1, self.d_model),
+                                          "out_kernel"),
                              self.out_bias)
 
     # ------------------------------------------------------------------ sequences

@@ -18,6 +18,7 @@ from jax import lax
 
 from jformer.config import ModelConfig
 from jformer.kernels import decode_cache as cpu_cache
+from jformer.kernels import rows_matmul
 from jformer.model import masks
 from jformer.model.cache import DecodeCache
 from jformer.model.embeddings import PositionalEncoding, TokenEmbedding
@@ -133,9 +134,17 @@ class Decoder(_Stack):
 
         ``output_DV``: the tied embedding transposed to [D, V] once, which a "cpu" decode
         step's product reads in place (``jformer.inference.batch_decode.output_matrix``);
-        None: the embedding itself.
+        None: the embedding itself. A decode step that passes the packed weights of
+        :mod:`jformer.kernels.rows_matmul` reads its ``output`` instead.
         """
         y_BLD = self.finish(y_BLD)
+        if self.has_variable(rows_matmul.COLLECTION, "output"):  # a "cpu" decode step's
+            packed = self.get_variable(rows_matmul.COLLECTION, "output")
+            logits_BLV = rows_matmul.dense(y_BLD.astype(jnp.float32), packed,
+                                           self.cfg.vocab_size)
+            if not self.cfg.tie_output:  # flax's Dense bias
+                return logits_BLV + self.output_projection.variables["params"]["bias"]
+            return logits_BLV + self.output_bias if self.cfg.output_bias else logits_BLV
         if not self.cfg.tie_output:
             return self.output_projection(y_BLD).astype(jnp.float32)
         if output_DV is not None:

@@ -1,0 +1,165 @@
+"""Decode-step products x [M, K] . w [K, N] for few rows M, over weights packed once.
+
+A decode step multiplies B x W rows (batch x beam: 1 to a few dozen) by every weight
+matrix of the decoder. XLA:CPU's dot reads a [K, N] weight with N-strided rows and costs
+2.1-2.4x a 1-row product at 4 rows. Here the weight is packed once per model into column
+tiles, ``w_TKC`` [T, K, 64] (tile t = columns 64t..64t+63, zero-padded past N), and a
+C++ kernel reached through XLA's FFI (csrc/rows_matmul.cc) reads each tile once for four
+rows at a time, its sums in registers, the tiles shared over XLA's intra-op threads.
+
+* :func:`pack` / :func:`pack_decoder`: the packing, once per model (the decoder's weight
+  matrices as a variable collection ``COLLECTION`` that mirrors its params; the
+  translator and the benchmarks hold it next to the params).
+* :func:`matmul`: the product, float32 only. Plain form: ``x @ w`` (float32
+  accumulation); tests/kernels/test_rows_matmul.py checks it equal.
+* :func:`available`: the library is built on first use with the C++ compiler (``$CXX``,
+  else ``g++``) against jaxlib's FFI headers, for this machine's CPU (``-march=native``),
+  into ``$JFORMER_KERNEL_CACHE`` (default ``~/.cache/jformer/kernels``), keyed by the
+  source, flags, jaxlib version and CPU. Without a compiler it warns once and the
+  decoder keeps XLA's dot.
+
+What it buys: kernels/README.md ("Decode-step products over packed weights").
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jformer.kernels.scope import cpu_kernel
+from jformer.types import Array, PyTree
+
+COLLECTION = "packed"  # the flax variable collection a decode step reads packed weights from
+TILE = 64  # columns per tile (csrc/rows_matmul.cc's kTile)
+TARGET = "jformer_rows_matmul"
+SOURCE = Path(__file__).with_name("csrc") / "rows_matmul.cc"
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
+# attention weights by name, and how each is flattened to the [K, N] of its product
+# (jformer.model.attention.MultiHeadAttention.project); kv_kernel is not here: the cross
+# keys and values are projected once per source, over many rows.
+_ATTENTION = {"qkv_kernel": "in", "q_kernel": "in", "out_kernel": "out"}
+
+log = logging.getLogger(__name__)
+
+
+def pack(w_KN: Array) -> Array:
+    """A weight [K, N] -> its column tiles w_TKC [ceil(N / 64), K, 64], float32."""
+    k, n = w_KN.shape
+    tiles = -(-n // TILE)
+    w_KN = jnp.pad(w_KN.astype(jnp.float32), ((0, 0), (0, tiles * TILE - n)))
+    return w_KN.reshape(k, tiles, TILE).transpose(1, 0, 2)
+
+
+def _pack_module(tree: dict) -> dict:
+    out = {}
+    for name, leaf in tree.items():
+        if isinstance(leaf, dict):
+            if name != "output_projection":  # flax's Dense (untied output): see pack_decoder
+                sub = _pack_module(leaf)
+                if sub:
+                    out[name] = sub
+        elif name in _ATTENTION:
+            flat = "in" == _ATTENTION[name]
+            out[name] = pack(leaf.reshape(leaf.shape[0], -1) if flat
+                             else leaf.reshape(-1, leaf.shape[-1]))
+        elif name == "kernel" and leaf.ndim == 2:  # jformer.kernels.Dense (the FFN)
+            out[name] = pack(leaf)
+    return out
+
+
+@jax.jit
+def pack_decoder(decoder_params: PyTree, output_DV: Array) -> PyTree:
+    """The ``COLLECTION`` of a decode step: every weight matrix the decoder's step
+    multiplies by, packed, under its module's path in ``params["decoder"]``, and the
+    output projection [D, V] (tied: the embedding transposed) as ``output``."""
+    return {"decoder": {**_pack_module(decoder_params), "output": pack(output_DV)}}
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _library_path() -> Path:
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), jax.__version__.encode(),
+                 jax.ffi.include_dir().encode(), _cpu_flags().encode(),
+                 os.environ.get("CXX", "g++").encode()):
+        key.update(part)
+    root = Path(os.environ.get("JFORMER_KERNEL_CACHE")
+                or Path.home() / ".cache" / "jformer" / "kernels")
+    return root / f"rows_matmul-{key.hexdigest()[:16]}.so"
+
+
+def _build(path: Path) -> None:
+    """Compiles SOURCE into path, atomically (a temporary file renamed into place)."""
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        raise RuntimeError(f"no C++ compiler {cxx!r} on PATH (set $CXX, or install g++)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
+        cmd = [cxx, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n"
+                               f"{done.stderr[-2000:]}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@functools.cache
+def available() -> bool:
+    """Builds (once per source and machine) and registers the kernel; False, with one
+    warning saying why, where it cannot (then decoding keeps XLA's dot)."""
+    try:
+        path = _library_path()
+        if not path.exists():
+            _build(path)
+        import ctypes
+        library = ctypes.cdll.LoadLibrary(str(path))
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.JformerRowsMatmul),
+                                    platform="cpu")
+        return True
+    except (OSError, RuntimeError, AttributeError) as e:
+        log.warning("jformer.kernels.rows_matmul unavailable, decoding with XLA's dot: %s", e)
+        return False
+
+
+@cpu_kernel
+def matmul(x_MK: Array, w_TKC: Array, n: int) -> Array:
+    """x [M, K] float32 . w [K, n] packed as ``pack(w)`` -> [M, n] float32."""
+    m, k = x_MK.shape
+    if x_MK.dtype != jnp.float32 or w_TKC.dtype != jnp.float32:
+        raise TypeError(f"rows_matmul.matmul runs float32 only; got x {x_MK.dtype}, "
+                        f"w {w_TKC.dtype}")
+    if w_TKC.shape != (-(-n // TILE), k, TILE):
+        raise ValueError(f"rows_matmul.matmul: w {w_TKC.shape} is not x's K = {k} and "
+                         f"n = {n} packed as [{-(-n // TILE)}, {k}, {TILE}]")
+    out = jax.ShapeDtypeStruct((m, n), jnp.float32)
+    return jax.ffi.ffi_call(TARGET, out)(x_MK, w_TKC)
+
+
+def dense(x: Array, w_TKC: Array, n: int) -> Array:
+    """x [..., K] . packed w -> [..., n] float32 (:func:`matmul` over the flattened rows)."""
+    lead = x.shape[:-1]
+    rows = int(np.prod(lead)) if lead else 1
+    return matmul(x.reshape(rows, x.shape[-1]), w_TKC, n).reshape(lead + (n,))

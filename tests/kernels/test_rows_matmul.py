@@ -1,0 +1,183 @@
+"""jformer.kernels.rows_matmul: the packed few-row product equals x @ w, and a decode step
+that reads the packed weights gives the logits and the searches of XLA's dot."""
+import dataclasses
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from jformer.config import ModelConfig
+from jformer.inference.batch_decode import (SearchSpec, decode_batch, encode_and_init,
+                                            make_step_fn, output_matrix, packed_weights)
+from jformer.kernels import rows_matmul
+from jformer.model import Transformer
+
+pytestmark = pytest.mark.skipif(not rows_matmul.available(),
+                                reason="the rows_matmul library could not be built here")
+
+
+def _exact(x, w):
+    return np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+
+
+def test_pack_lays_out_column_tiles_zero_padded():
+    w = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
+    p = np.asarray(rows_matmul.pack(jnp.asarray(w)))
+    assert p.shape == (2, 3, 64)
+    np.testing.assert_array_equal(p[0], w[:, :64])
+    np.testing.assert_array_equal(p[1, :, :6], w[:, 64:])
+    np.testing.assert_array_equal(p[1, :, 6:], 0)
+
+
+# rows around the 4-row register tile; columns under, at and past whole 64-column tiles
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 13, 33])
+@pytest.mark.parametrize("k, n", [(1, 1), (7, 33), (24, 64), (256, 80), (64, 200),
+                                  (1024, 256)])
+def test_matmul_equals_the_product(m, k, n):
+    rng = np.random.default_rng(m * 1000 + k + n)
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    w = rng.normal(size=(k, n)).astype(np.float32)
+    got = jax.jit(rows_matmul.matmul, static_argnums=2)(x, rows_matmul.pack(w), n)
+    assert got.shape == (m, n) and got.dtype == jnp.float32
+    want = _exact(x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_dense_keeps_leading_axes_and_runs_in_a_loop():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(32, 96)).astype(np.float32)
+    x = rng.normal(size=(2, 3, 32)).astype(np.float32)
+    packed = rows_matmul.pack(w)
+    np.testing.assert_allclose(rows_matmul.dense(x, packed, 96), _exact(x, w),
+                               rtol=1e-5, atol=1e-4)
+    # a scan of dependent products, as the decode loop runs them
+    w_sq = (rng.normal(size=(32, 32)) / 6).astype(np.float32)
+    p_sq = rows_matmul.pack(w_sq)
+    def body(h, _):
+        return jnp.tanh(rows_matmul.dense(h, p_sq, 32)), None
+    got = jax.jit(lambda h: lax.scan(body, h, None, length=5)[0])(x[0])
+    want = x[0].astype(np.float64)
+    for _ in range(5):
+        want = np.tanh(want @ w_sq.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_inputs_name_the_problem():
+    packed = rows_matmul.pack(jnp.ones((8, 70)))
+    with pytest.raises(TypeError, match="float32 only; got x bfloat16"):
+        rows_matmul.matmul(jnp.ones((2, 8), jnp.bfloat16), packed, 70)
+    with pytest.raises(ValueError, match=r"is not x's K = 9 and n = 70"):
+        rows_matmul.matmul(jnp.ones((2, 9)), packed, 70)
+    with pytest.raises(ValueError, match=r"n = 140"):
+        rows_matmul.matmul(jnp.ones((2, 8)), packed, 140)
+
+
+CFG = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=2,
+                  num_decoder_layers=2, d_ff=40, max_len=16, dropout_rate=0.0, kernels="cpu")
+
+
+def _params(cfg):
+    """Random parameters of cfg's shapes (no zero biases or unit scales), without the
+    seconds a Transformer.init takes."""
+    x = jnp.ones((1, 4), jnp.int32)
+    shapes = jax.eval_shape(Transformer(cfg).init, jax.random.key(1), x, x)["params"]
+    rng = np.random.default_rng(2)
+    return jax.tree.map(lambda s: jnp.asarray(0.3 * rng.normal(size=s.shape), s.dtype), shapes)
+
+
+VARIANTS = [dict(), dict(tie_output=False, norm="pre"), dict(output_bias=True),
+            dict(share_embeddings=False, activation="gelu")]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_packed_decode_step_gives_the_same_logits(variant):
+    cfg = dataclasses.replace(CFG, **variant)
+    params = _params(cfg)
+    packed = packed_weights(cfg, params)
+    # every weight matrix a step multiplies by: 4 per attention pair, 2 FFN, per layer
+    assert len(jax.tree.leaves(packed)) == 6 * cfg.num_decoder_layers + 1
+    model = Transformer(cfg)
+    inputs = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], np.int32)
+    cache = jax.jit(lambda p, x: encode_and_init(model, p, x, 6))(params, jnp.asarray(inputs))
+    output_DV = output_matrix(cfg, params)
+    tokens = jnp.array([2, 11])
+    outs = []
+    for p in (None, packed):
+        step_fn, state = make_step_fn(model, params, cache, output_DV=output_DV, packed=p)
+        run = jax.jit(lambda t, s: step_fn(t, jnp.int32(0), s))
+        logits, new = run(tokens, state)
+        outs.append((logits, new))
+    np.testing.assert_allclose(outs[1][0], outs[0][0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(outs[1][1]), jax.tree.leaves(outs[0][1])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 3)])
+def test_searches_over_packed_weights_agree(method, beam):
+    params = _params(CFG)
+    rng = np.random.default_rng(beam)
+    inputs = rng.integers(4, CFG.vocab_size, (3, 7)).astype(np.int32)
+    inputs[:, -1] = 3
+    spec = SearchSpec(method, beam, max_len=10)
+    args = (params, output_matrix(CFG, params), inputs, np.ones(3, bool), jax.random.key(0),
+            np.float32(0.6), np.float32(1.0))
+    plain = decode_batch(*args, None, model_cfg=CFG, spec=spec)
+    packed = packed_weights(CFG, params)
+    fast = decode_batch(*args, packed, model_cfg=CFG, spec=spec)
+    np.testing.assert_array_equal(fast.tokens, plain.tokens)
+    np.testing.assert_allclose(fast.scores, plain.scores, rtol=1e-5, atol=1e-5)
+    # one custom call per weight matrix in each copy of the step the compiled program
+    # holds (the search's chunked loop and its remainder)
+    hlo = decode_batch.lower(*args, packed, model_cfg=CFG, spec=spec).compile().as_text()
+    calls, per_step = hlo.count(f'custom_call_target="{rows_matmul.TARGET}"'), 6 * 2 + 1
+    assert calls > 0 and calls % per_step == 0, calls
+
+
+def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
+    params = _params(CFG)
+    assert packed_weights(dataclasses.replace(CFG, dtype="bfloat16"), params) is None
+    assert packed_weights(dataclasses.replace(CFG, kernels="plain"), params) is None
+    # 40 rows (batch 10 x beam 4) exceed PACKED_ROWS_MAX: the step keeps XLA's dot
+    inputs = np.full((10, 5), 3, np.int32)
+    spec = SearchSpec("beam", 4, max_len=4)
+    args = (params, output_matrix(CFG, params), inputs, np.ones(10, bool), jax.random.key(0),
+            np.float32(0.6), np.float32(1.0), packed_weights(CFG, params))
+    assert rows_matmul.TARGET not in decode_batch.lower(*args, model_cfg=CFG, spec=spec).as_text()
+
+
+def test_without_a_compiler_it_warns_once_and_decoding_keeps_xla(tmp_path):
+    script = (
+        "import logging, jax, jax.numpy as jnp\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "from jformer.kernels import rows_matmul\n"
+        "assert rows_matmul.available() is False and rows_matmul.available() is False\n"
+        "from jformer.config import ModelConfig\n"
+        "from jformer.inference.batch_decode import packed_weights\n"
+        "assert packed_weights(ModelConfig(kernels='cpu'), params=None) is None\n")
+    env = dict(os.environ, CXX="no-such-compiler-jformer", JFORMER_KERNEL_CACHE=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("rows_matmul unavailable") == 1
+    assert "no C++ compiler 'no-such-compiler-jformer'" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left in the cache
+
+
+def test_the_library_is_built_once_into_the_cache(tmp_path):
+    env = dict(os.environ, JFORMER_KERNEL_CACHE=str(tmp_path))
+    script = ("from jformer.kernels import rows_matmul\n"
+              "assert rows_matmul.available()\n"
+              "print(rows_matmul._library_path())\n")
+    run = lambda: subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    path = run()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == [os.path.basename(path)] and files[0].endswith(".so")
+    mtime = os.path.getmtime(path)
+    assert run() == path and os.path.getmtime(path) == mtime  # reused, not rebuilt
