@@ -79,10 +79,11 @@ def packed_weights(model_cfg: ModelConfig, params: PyTree) -> PyTree | None:
     return rows_matmul.pack_decoder(params["decoder"], output_VD.T)
 
 
-# Decode steps of at most this many rows (batch x beam) read the packed weights; larger
-# ones XLA's dot, which the kernel's 4-row register tiles stop beating beyond it
-# (bench/README.md, "Decode-step products over packed weights").
-PACKED_ROWS_MAX = 32
+# Decode steps of at most this many rows (batch x beam) read the packed weights, larger
+# ones XLA's dot: measured small float32 against XLA's dot, the kernel gave 1.2-3x at 1-32
+# rows, 1.15-1.25x at 64 and 1.01-1.04x at 128 (kernels/README.md, "Decode steps over
+# packed weights"); past 128 it is not measured.
+PACKED_ROWS_MAX = 128
 
 
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,

@@ -12,8 +12,9 @@ import pytest
 from jax import lax
 
 from jformer.config import ModelConfig
-from jformer.inference.batch_decode import (SearchSpec, decode_batch, encode_and_init,
-                                            make_step_fn, output_matrix, packed_weights)
+from jformer.inference.batch_decode import (PACKED_ROWS_MAX, SearchSpec, decode_batch,
+                                            encode_and_init, make_step_fn, output_matrix,
+                                            packed_weights)
 from jformer.kernels import rows_matmul
 from jformer.model import Transformer
 
@@ -142,10 +143,11 @@ def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
     params = _params(CFG)
     assert packed_weights(dataclasses.replace(CFG, dtype="bfloat16"), params) is None
     assert packed_weights(dataclasses.replace(CFG, kernels="plain"), params) is None
-    # 40 rows (batch 10 x beam 4) exceed PACKED_ROWS_MAX: the step keeps XLA's dot
-    inputs = np.full((10, 5), 3, np.int32)
+    # 132 rows (batch 33 x beam 4) exceed PACKED_ROWS_MAX: the step keeps XLA's dot
+    assert PACKED_ROWS_MAX < 132
+    inputs = np.full((33, 5), 3, np.int32)
     spec = SearchSpec("beam", 4, max_len=4)
-    args = (params, output_matrix(CFG, params), inputs, np.ones(10, bool), jax.random.key(0),
+    args = (params, output_matrix(CFG, params), inputs, np.ones(33, bool), jax.random.key(0),
             np.float32(0.6), np.float32(1.0), packed_weights(CFG, params))
     assert rows_matmul.TARGET not in decode_batch.lower(*args, model_cfg=CFG, spec=spec).as_text()
 
