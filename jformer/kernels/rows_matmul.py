@@ -18,7 +18,7 @@ rows at a time, its sums in registers, the tiles shared over XLA's intra-op thre
   source, flags, jaxlib version and CPU. Without a compiler it warns once and the
   decoder keeps XLA's dot.
 
-What it buys: kernels/README.md ("Decode-step products over packed weights").
+What it buys: kernels/README.md ("Decode steps over packed weights").
 """
 from __future__ import annotations
 
