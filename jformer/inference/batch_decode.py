@@ -62,9 +62,14 @@ def output_matrix(model_cfg: ModelConfig, params: PyTree) -> Array | None:
     if not model_cfg.tie_output or not model_cfg.cpu_kernels:
         return None
     # In the compute dtype (as output_layer gives it): a bf16 step reads it unconverted.
-    model = Transformer(model_cfg)
-    return jax.jit(lambda p: model.apply({"params": p},
-                                         method=Transformer.output_layer)[0].T)(params)
+    return _output_DV(model_cfg, params)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _output_DV(model_cfg: ModelConfig, params: PyTree) -> Array:
+    """The output projection's weights (tied: the embedding) as [D, V], compute dtype."""
+    return Transformer(model_cfg).apply({"params": params},
+                                        method=Transformer.output_layer)[0].T
 
 
 def packed_weights(model_cfg: ModelConfig, params: PyTree) -> PyTree | None:
@@ -74,9 +79,7 @@ def packed_weights(model_cfg: ModelConfig, params: PyTree) -> PyTree | None:
     if (not model_cfg.cpu_kernels or dtype_of(model_cfg) != jnp.float32
             or jax.default_backend() != "cpu" or not rows_matmul.available()):
         return None
-    model = Transformer(model_cfg)
-    output_VD = model.apply({"params": params}, method=Transformer.output_layer)[0]
-    return rows_matmul.pack_decoder(params["decoder"], output_VD.T)
+    return rows_matmul.pack_decoder(params["decoder"], _output_DV(model_cfg, params))
 
 
 # Decode steps of at most this many rows (batch x beam) read the packed weights, larger

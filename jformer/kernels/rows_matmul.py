@@ -1,6 +1,6 @@
 """Decode-step products x [M, K] . w [K, N] for few rows M, over weights packed once.
 
-A decode step multiplies B x W rows (batch x beam: 1 to a few dozen) by every weight
+A decode step multiplies B x W rows (batch x beam: 1 to a few hundred) by every weight
 matrix of the decoder. XLA:CPU's dot reads a [K, N] weight with N-strided rows and costs
 2.1-2.4x a 1-row product at 4 rows. Here the weight is packed once per model into column
 tiles, ``w_TKC`` [T, K, 64] (tile t = columns 64t..64t+63, zero-padded past N), and a
@@ -22,6 +22,7 @@ What it buys: kernels/README.md ("Decode steps over packed weights").
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import logging
@@ -44,10 +45,12 @@ TILE = 64  # columns per tile (csrc/rows_matmul.cc's kTile)
 TARGET = "jformer_rows_matmul"
 SOURCE = Path(__file__).with_name("csrc") / "rows_matmul.cc"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
-# attention weights by name, and how each is flattened to the [K, N] of its product
+# attention weights by name, each flattened to the [K, N] of its product
 # (jformer.model.attention.MultiHeadAttention.project); kv_kernel is not here: the cross
 # keys and values are projected once per source, over many rows.
-_ATTENTION = {"qkv_kernel": "in", "q_kernel": "in", "out_kernel": "out"}
+_ATTENTION = {"qkv_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, 3, H, K]
+              "q_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, H, K]
+              "out_kernel": lambda w: w.reshape(-1, w.shape[-1])}  # [H, K, D]
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +72,7 @@ def _pack_module(tree: dict) -> dict:
                 if sub:
                     out[name] = sub
         elif name in _ATTENTION:
-            flat = "in" == _ATTENTION[name]
-            out[name] = pack(leaf.reshape(leaf.shape[0], -1) if flat
-                             else leaf.reshape(-1, leaf.shape[-1]))
+            out[name] = pack(_ATTENTION[name](leaf))
         elif name == "kernel" and leaf.ndim == 2:  # jformer.kernels.Dense (the FFN)
             out[name] = pack(leaf)
     return out
@@ -134,7 +135,6 @@ def available() -> bool:
         path = _library_path()
         if not path.exists():
             _build(path)
-        import ctypes
         library = ctypes.cdll.LoadLibrary(str(path))
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.JformerRowsMatmul),
                                     platform="cpu")

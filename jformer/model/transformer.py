@@ -142,9 +142,8 @@ class Decoder(_Stack):
             packed = self.get_variable(rows_matmul.COLLECTION, "output")
             logits_BLV = rows_matmul.dense(y_BLD.astype(jnp.float32), packed,
                                            self.cfg.vocab_size)
-            if not self.cfg.tie_output:  # flax's Dense bias
-                return logits_BLV + self.output_projection.variables["params"]["bias"]
-            return logits_BLV + self.output_bias if self.cfg.output_bias else logits_BLV
+            _, bias_V = self.output_layer()  # flax Dense's bias (untied) or output_bias
+            return logits_BLV if bias_V is None else logits_BLV + bias_V
         if not self.cfg.tie_output:
             return self.output_projection(y_BLD).astype(jnp.float32)
         if output_DV is not None:
