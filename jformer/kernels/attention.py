@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer.kernels import rows_matmul, slot_attention
 from jformer.kernels.dropout import keep_mask
 from jformer.kernels.matmul import einsum
 from jformer.kernels.scope import cpu_kernel
@@ -186,8 +187,12 @@ def _beam_step(attn, q, k, v, kt_BHKX, v_BHXK, slot_BWT, index):
     # Attention first, over the buffers as they were (see self_attend_step); then
     # hypothesis w's key/value of position ``index`` go to slot w: W adjacent columns
     # (keys) or rows (values) from index * W.
-    ctx_BWHK = beam_slot_attention(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index, to_BWHK(k),
-                                   to_BWHK(v))
+    # A step that reads packed weights (float32, the native library loaded) attends
+    # through the C++ kernel; its plain form is beam_slot_attention.
+    native = (attn.has_variable(rows_matmul.COLLECTION, "out_kernel")
+              and q.dtype == kt_BHKX.dtype == v_BHXK.dtype == jnp.float32)
+    attend = slot_attention.beam_slot_attention if native else beam_slot_attention
+    ctx_BWHK = attend(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index, to_BWHK(k), to_BWHK(v))
     start = index * beam
     kt_BHKX = lax.dynamic_update_slice(
         kt_BHKX, to_BWHK(k).transpose(0, 2, 3, 1).astype(kt_BHKX.dtype), (0, 0, 0, start))

@@ -4,47 +4,32 @@ A decode step multiplies B x W rows (batch x beam: 1 to a few hundred) by every 
 matrix of the decoder. XLA:CPU's dot reads a [K, N] weight with N-strided rows and costs
 2.1-2.4x a 1-row product at 4 rows. Here the weight is packed once per model into column
 tiles, ``w_TKC`` [T, K, 64] (tile t = columns 64t..64t+63, zero-padded past N), and a
-C++ kernel reached through XLA's FFI (csrc/rows_matmul.cc) reads each tile once for four
-rows at a time, its sums in registers, the tiles shared over XLA's intra-op threads.
+C++ kernel reached through XLA's FFI (csrc/rows_matmul.cc) reads each tile once for up to
+six rows at a time, their sums in registers, the tiles shared over XLA's intra-op threads.
 
 * :func:`pack` / :func:`pack_decoder`: the packing, once per model (the decoder's weight
   matrices as a variable collection ``COLLECTION`` that mirrors its params; the
   translator and the benchmarks hold it next to the params).
 * :func:`matmul`: the product, float32 only. Plain form: ``x @ w`` (float32
   accumulation); tests/kernels/test_rows_matmul.py checks it equal.
-* :func:`available`: the library is built on first use with the C++ compiler (``$CXX``,
-  else ``g++``) against jaxlib's FFI headers, for this machine's CPU (``-march=native``),
-  into ``$JFORMER_KERNEL_CACHE`` (default ``~/.cache/jformer/kernels``), keyed by the
-  source, flags, jaxlib version and CPU. Without a compiler it warns once and the
-  decoder keeps XLA's dot.
+* :func:`available`: jformer.kernels.native's library (built on first use with the C++
+  compiler) is loaded; without it the decoder keeps XLA's dot.
 
 What it buys: kernels/README.md ("Decode steps over packed weights").
 """
 from __future__ import annotations
 
-import ctypes
-import functools
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jformer.kernels import native
 from jformer.kernels.scope import cpu_kernel
 from jformer.types import Array, PyTree
 
 COLLECTION = "packed"  # the flax variable collection a decode step reads packed weights from
 TILE = 64  # columns per tile (csrc/rows_matmul.cc's kTile)
-TARGET = "jformer_rows_matmul"
-SOURCE = Path(__file__).with_name("csrc") / "rows_matmul.cc"
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
+TARGET = native.TARGETS["JformerRowsMatmul"]
 # attention weights by name, each flattened to the [K, N] of its product
 # (jformer.model.attention.MultiHeadAttention.project); kv_kernel is not here: the cross
 # keys and values are projected once per source, over many rows.
@@ -52,7 +37,7 @@ _ATTENTION = {"qkv_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, 3, H, K]
               "q_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, H, K]
               "out_kernel": lambda w: w.reshape(-1, w.shape[-1])}  # [H, K, D]
 
-log = logging.getLogger(__name__)
+available = native.available  # the library that holds the kernel is built and loaded
 
 
 def pack(w_KN: Array) -> Array:
@@ -84,64 +69,6 @@ def pack_decoder(decoder_params: PyTree, output_DV: Array) -> PyTree:
     multiplies by, packed, under its module's path in ``params["decoder"]``, and the
     output projection [D, V] (tied: the embedding transposed) as ``output``."""
     return {"decoder": {**_pack_module(decoder_params), "output": pack(output_DV)}}
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def _library_path() -> Path:
-    key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), jax.__version__.encode(),
-                 jax.ffi.include_dir().encode(), _cpu_flags().encode(),
-                 os.environ.get("CXX", "g++").encode()):
-        key.update(part)
-    root = Path(os.environ.get("JFORMER_KERNEL_CACHE")
-                or Path.home() / ".cache" / "jformer" / "kernels")
-    return root / f"rows_matmul-{key.hexdigest()[:16]}.so"
-
-
-def _build(path: Path) -> None:
-    """Compiles SOURCE into path, atomically (a temporary file renamed into place)."""
-    cxx = os.environ.get("CXX", "g++")
-    if shutil.which(cxx) is None:
-        raise RuntimeError(f"no C++ compiler {cxx!r} on PATH (set $CXX, or install g++)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-    os.close(fd)
-    try:
-        cmd = [cxx, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n"
-                               f"{done.stderr[-2000:]}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-@functools.cache
-def available() -> bool:
-    """Builds (once per source and machine) and registers the kernel; False, with one
-    warning saying why, where it cannot (then decoding keeps XLA's dot)."""
-    try:
-        path = _library_path()
-        if not path.exists():
-            _build(path)
-        library = ctypes.cdll.LoadLibrary(str(path))
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.JformerRowsMatmul),
-                                    platform="cpu")
-        return True
-    except (OSError, RuntimeError, AttributeError) as e:
-        log.warning("jformer.kernels.rows_matmul unavailable, decoding with XLA's dot: %s", e)
-        return False
 
 
 @cpu_kernel

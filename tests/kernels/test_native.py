@@ -1,0 +1,52 @@
+"""jformer.kernels.native: the C++ kernels' library is built once into the cache, and
+without a compiler decoding warns once and keeps XLA's ops."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jformer.kernels import native
+
+
+def test_without_a_compiler_it_warns_once_and_decoding_keeps_xla(tmp_path):
+    script = (
+        "import logging, jax, jax.numpy as jnp\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "from jformer.kernels import rows_matmul\n"
+        "assert rows_matmul.available() is False and rows_matmul.available() is False\n"
+        "from jformer.config import ModelConfig\n"
+        "from jformer.inference.batch_decode import packed_weights\n"
+        "assert packed_weights(ModelConfig(kernels='cpu'), params=None) is None\n")
+    env = dict(os.environ, CXX="no-such-compiler-jformer", JFORMER_KERNEL_CACHE=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("jformer.kernels.native unavailable") == 1
+    assert "no C++ compiler 'no-such-compiler-jformer'" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left in the cache
+
+
+@pytest.mark.skipif(not native.available(), reason="the library could not be built here")
+def test_the_library_is_built_once_into_the_cache(tmp_path):
+    env = dict(os.environ, JFORMER_KERNEL_CACHE=str(tmp_path))
+    script = ("from jformer.kernels import native\n"
+              "assert native.available()\n"
+              "print(native._library_path())\n")
+    run = lambda: subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    path = run()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == [os.path.basename(path)] and files[0].endswith(".so")
+    mtime = os.path.getmtime(path)
+    assert run() == path and os.path.getmtime(path) == mtime  # reused, not rebuilt
+
+
+@pytest.mark.skipif(not native.available(), reason="the library could not be built here")
+def test_every_kernel_is_registered():
+    import ctypes
+    library = ctypes.cdll.LoadLibrary(str(native._library_path()))
+    assert all(hasattr(library, symbol) for symbol in native.TARGETS)
+    assert sorted(native.TARGETS.values()) == ["jformer_beam_slot_attention",
+                                               "jformer_rows_matmul"]
