@@ -15,7 +15,7 @@ backend and "plain" elsewhere (:func:`jformer.config.resolve_kernels`).
 | attention, decode_cache | ``dot_product_attention`` over [B, M, H, K] caches | heads-first products read in place; slot-addressed beams |
 | topk.fast_argmax / fast_top_k | ``jnp.argmax`` / ``lax.top_k`` | vector reductions instead of element-wise scans |
 | rows_matmul (decode steps, float32) | ``x @ w`` for 1-128 rows | weights packed once, read once per 6 rows by a C++ kernel (XLA FFI) |
-| slot_attention (beam steps, float32) | attention.beam_slot_attention | only the columns written so far scored, each hypothesis' own values summed, in C++ (XLA FFI) |
+| native_attention (beam steps, float32) | attention.beam_slot_attention | C++ (XLA FFI): only the cache columns written so far scored, each hypothesis' own values summed |
 
 Each has a test of values and gradients against its plain form (tests/kernels), and the
 whole model is tested equal under both (tests/model/test_kernels_switch.py). What each

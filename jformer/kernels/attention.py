@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jformer.kernels import rows_matmul, slot_attention
+from jformer.kernels import native_attention, rows_matmul
 from jformer.kernels.dropout import keep_mask
 from jformer.kernels.matmul import einsum
 from jformer.kernels.scope import cpu_kernel
@@ -187,11 +187,8 @@ def _beam_step(attn, q, k, v, kt_BHKX, v_BHXK, slot_BWT, index):
     # Attention first, over the buffers as they were (see self_attend_step); then
     # hypothesis w's key/value of position ``index`` go to slot w: W adjacent columns
     # (keys) or rows (values) from index * W.
-    # A step that reads packed weights (float32, the native library loaded) attends
-    # through the C++ kernel; its plain form is beam_slot_attention.
-    native = (attn.has_variable(rows_matmul.COLLECTION, "out_kernel")
-              and q.dtype == kt_BHKX.dtype == v_BHXK.dtype == jnp.float32)
-    attend = slot_attention.beam_slot_attention if native else beam_slot_attention
+    attend = (native_attention.beam_slot_attention if _native(attn, q, kt_BHKX, v_BHXK)
+              else beam_slot_attention)
     ctx_BWHK = attend(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index, to_BWHK(k), to_BWHK(v))
     start = index * beam
     kt_BHKX = lax.dynamic_update_slice(
@@ -218,3 +215,10 @@ def cross_attend_step(attn, x_N1D: Array, kt_BHKM: Array, v_BHMK: Array,
     # [B, H, G, K] -> [B, G, H, K] -> [B*G, 1, H, K]
     ctx_N1HK = ctx_BHGK.transpose(0, 2, 1, 3).reshape(q_N1HK.shape)
     return attn.project_output(ctx_N1HK)
+
+
+def _native(attn, q: Array, kt: Array, v: Array) -> bool:
+    """A float32 step that reads packed weights (so the native library is loaded) attends
+    through jformer.kernels.native_attention."""
+    return (attn.has_variable(rows_matmul.COLLECTION, "out_kernel")
+            and q.dtype == kt.dtype == v.dtype == jnp.float32)

@@ -1,8 +1,8 @@
 """jformer's C++ decode-step kernels, reached through XLA's FFI, and how they are built.
 
-The sources in csrc/ (``rows_matmul.cc``: jformer.kernels.rows_matmul;
-``beam_slot_attention.cc``: jformer.kernels.slot_attention; ``parallel.h``: the work
-sharing over XLA's intra-op threads) are compiled into one library on first use, with the
+The sources in csrc/ (``rows_matmul.cc``: jformer.kernels.rows_matmul; ``attention.cc``:
+jformer.kernels.native_attention; ``parallel.h``: the work sharing over XLA's intra-op
+threads; ``vexp.h``: exp 16 lanes at a time) are compiled into one library on first use, with the
 C++ compiler (``$CXX``, else ``g++``) against jaxlib's FFI headers, for this machine's CPU
 (``-march=native``), into ``$JFORMER_KERNEL_CACHE`` (default ``~/.cache/jformer/kernels``),
 keyed by the sources, flags, jaxlib version and CPU, and written atomically. Without a
@@ -24,8 +24,8 @@ from pathlib import Path
 import jax
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = (CSRC / "rows_matmul.cc", CSRC / "beam_slot_attention.cc")
-HEADERS = (CSRC / "parallel.h",)
+SOURCES = (CSRC / "rows_matmul.cc", CSRC / "attention.cc")
+HEADERS = (CSRC / "parallel.h", CSRC / "vexp.h")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
 # the library's handler symbols -> the FFI targets they are registered as (platform cpu)
 TARGETS = {"JformerRowsMatmul": "jformer_rows_matmul",

@@ -12,7 +12,7 @@ from jformer.config import ModelConfig
 from jformer.inference.batch_decode import (PACKED_ROWS_MAX, SearchSpec, decode_batch,
                                             encode_and_init, make_step_fn, output_matrix,
                                             packed_weights)
-from jformer.kernels import rows_matmul
+from jformer.kernels import native_attention, rows_matmul
 from jformer.model import Transformer
 
 pytestmark = pytest.mark.skipif(not rows_matmul.available(),
@@ -135,6 +135,10 @@ def test_searches_over_packed_weights_agree(method, beam):
     hlo = decode_batch.lower(*args, packed, model_cfg=CFG, spec=spec).compile().as_text()
     calls, per_step = hlo.count(f'custom_call_target="{rows_matmul.TARGET}"'), 6 * 2 + 1
     assert calls > 0 and calls % per_step == 0, calls
+    # and beam search's self-attention through jformer.kernels.native_attention
+    copies, layers = calls // per_step, CFG.num_decoder_layers
+    slot_calls = hlo.count(f'custom_call_target="{native_attention.SLOT_TARGET}"')
+    assert slot_calls == (copies * layers if beam > 1 else 0)
 
 
 def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
@@ -147,4 +151,6 @@ def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
     spec = SearchSpec("beam", 4, max_len=4)
     args = (params, output_matrix(CFG, params), inputs, np.ones(33, bool), jax.random.key(0),
             np.float32(0.6), np.float32(1.0), packed_weights(CFG, params))
-    assert rows_matmul.TARGET not in decode_batch.lower(*args, model_cfg=CFG, spec=spec).as_text()
+    hlo = decode_batch.lower(*args, model_cfg=CFG, spec=spec).as_text()
+    for target in (rows_matmul.TARGET, native_attention.SLOT_TARGET):
+        assert target not in hlo

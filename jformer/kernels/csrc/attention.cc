@@ -1,0 +1,200 @@
+// A decoder attention step in C++, float32, for jformer.kernels.native_attention:
+//
+// * JformerBeamSlotAttention, jformer.kernels.attention.beam_slot_attention (its docstring
+//   has the layout and the math). Hypothesis w of row b reads position t < index from
+//   slot slot[b, w, t] (cache column t * W + slot) and position index from its own k, v.
+//   XLA's form scores every (position, slot) column of the whole buffer, T * W of them,
+//   and masks the ones outside w's prefix, as batched [W, K] x [K, T * W] products that
+//   its dot runs at a tenth of the matmul peak. Here each (row, head) scores only the
+//   index * W columns written so far, in one pass over contiguous key rows, keeps each
+//   hypothesis' own index columns, and sums only their values.
+//
+// (row, head) pairs are shared out over XLA's intra-op threads. tests/kernels/
+// test_native_attention.py checks it against its plain form. (The same scheme for the
+// cross-attention step, cached_attention over the encoder memory, measured level with
+// XLA's: that step reads the whole memory either way.)
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "parallel.h"
+#include "vexp.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+
+// n <= 16 floats from p into a vector, zeros past n (a masked load: never reads past n)
+inline v16 load_n(const float* p, int64_t n) {
+  if (n == 16) return *reinterpret_cast<const v16u*>(p);
+#if defined(__AVX512F__)
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+#else
+  v16 v{};
+  std::memcpy(&v, p, n * sizeof(float));
+  return v;
+#endif
+}
+
+inline void store_n(float* p, v16 v, int64_t n) {
+  if (n == 16) {
+    *reinterpret_cast<v16u*>(p) = v;
+    return;
+  }
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+#else
+  std::memcpy(p, &v, n * sizeof(float));
+#endif
+}
+
+// scores [G, X] (rows X apart) = q [G, K] . kt [K, X] (rows ldk apart), G <= 4 queries:
+// 16 columns at a time, their G sums in registers over k, one key vector per k
+template <int G>
+void scores_block(const float* q, int64_t K, const float* kt, int64_t ldk, int64_t X,
+                  float* scores) {
+  for (int64_t x0 = 0; x0 < X; x0 += 16) {
+    const int64_t n = X - x0 < 16 ? X - x0 : 16;
+    v16 acc[G];
+    for (int g = 0; g < G; ++g) acc[g] = v16{};
+    for (int64_t k = 0; k < K; ++k) {
+      const v16 kv = load_n(kt + k * ldk + x0, n);
+      for (int g = 0; g < G; ++g) acc[g] += (q[g * K + k] - v16{}) * kv;
+    }
+    for (int g = 0; g < G; ++g) store_n(scores + g * X + x0, acc[g], n);
+  }
+}
+
+void scores_of(const float* q, int64_t G, int64_t K, const float* kt, int64_t ldk, int64_t X,
+               float* scores) {
+  for (int64_t g0 = 0; g0 < G; g0 += 4) {
+    const float* qg = q + g0 * K;
+    float* sg = scores + g0 * X;
+    switch (G - g0 < 4 ? G - g0 : 4) {
+      case 4: scores_block<4>(qg, K, kt, ldk, X, sg); break;
+      case 3: scores_block<3>(qg, K, kt, ldk, X, sg); break;
+      case 2: scores_block<2>(qg, K, kt, ldk, X, sg); break;
+      default: scores_block<1>(qg, K, kt, ldk, X, sg); break;
+    }
+  }
+}
+
+// out [K] = init [K] * p0 + sum_j p[j] row(j) [K]: 64 columns at a time in registers
+template <typename Row>
+void weighted_sum(const float* p, int64_t n, Row row, int64_t K, const float* init, float p0,
+                  float* out) {
+  for (int64_t k0 = 0; k0 < K; k0 += 64) {
+    int64_t w[4];
+    v16 acc[4];
+    for (int c = 0; c < 4; ++c) {
+      const int64_t left = K - k0 - 16 * c;
+      w[c] = left <= 0 ? 0 : (left < 16 ? left : 16);
+      acc[c] = init == nullptr || w[c] == 0 ? v16{} : (p0 - v16{}) * load_n(init + k0 + 16 * c, w[c]);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const float* r = row(j) + k0;
+      const v16 pj = p[j] - v16{};
+      for (int c = 0; c < 4; ++c)
+        if (w[c]) acc[c] += pj * load_n(r + 16 * c, w[c]);
+    }
+    for (int c = 0; c < 4; ++c)
+      if (w[c]) store_n(out + k0 + 16 * c, acc[c], w[c]);
+  }
+}
+
+struct Shapes {
+  int64_t B, W, H, K, T, X;
+};
+
+// Row b, head h: out[b, :, h, :] for every hypothesis. scratch: W * (K + index * W) +
+// index + 1 floats.
+void row_head(const Shapes& s, int64_t b, int64_t h, int64_t index, const float* q,
+              const float* kt, const float* v, const int32_t* slot, const float* k_own,
+              const float* v_own, float* out, float* scratch) {
+  const int64_t W = s.W, H = s.H, K = s.K, X = s.X, used = index * W;
+  const float* kt_KX = kt + (b * H + h) * K * X;
+  const float* v_XK = v + (b * H + h) * X * K;
+  const float scale = std::sqrt(static_cast<float>(K));
+  float* q_WK = scratch;  // [W, K], scaled
+  float* scores = scratch + W * K;  // [W, used]
+  float* mine = scores + W * used;  // [index + 1]: one hypothesis' weights
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t k = 0; k < K; ++k) q_WK[w * K + k] = q[((b * W + w) * H + h) * K + k] / scale;
+  scores_of(q_WK, W, K, kt_KX, X, used, scores);  // [W, used]
+  for (int64_t w = 0; w < W; ++w) {
+    const int32_t* slot_T = slot + (b * W + w) * s.T;
+    const float* qw = q_WK + w * K;
+    const float* kw = k_own + ((b * W + w) * H + h) * K;
+    const float* vw = v_own + ((b * W + w) * H + h) * K;
+    const float* sw = scores + w * used;
+    float own = 0.0f;
+    for (int64_t k = 0; k < K; ++k) own += qw[k] * kw[k];
+    // w's logits: its own column of each position t < index, then its own key's
+    for (int64_t t = 0; t < index; ++t) mine[t] = sw[t * W + slot_T[t]];
+    mine[index] = own;
+    float top = own;
+    for (int64_t t = 0; t < index; ++t) top = mine[t] > top ? mine[t] : top;
+    for (int64_t t = 0; t <= index; ++t) mine[t] -= top;
+    jformer::exp_inplace(mine, index + 1);
+    float total = 0.0f;
+    for (int64_t t = 0; t <= index; ++t) total += mine[t];
+    for (int64_t t = 0; t <= index; ++t) mine[t] /= total;
+    weighted_sum(mine, index, [=](int64_t t) { return v_XK + (t * W + slot_T[t]) * K; }, K,
+                 vw, mine[index], out + ((b * W + w) * H + h) * K);
+  }
+}
+
+ffi::Error BeamSlotAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q_BWHK,
+                                 ffi::Buffer<ffi::F32> kt_BHKX, ffi::Buffer<ffi::F32> v_BHXK,
+                                 ffi::Buffer<ffi::S32> slot_BWT, ffi::Buffer<ffi::S32> index,
+                                 ffi::Buffer<ffi::F32> k_BWHK, ffi::Buffer<ffi::F32> v_BWHK,
+                                 ffi::ResultBuffer<ffi::F32> out_BWHK) {
+  const auto qd = q_BWHK.dimensions(), kd = kt_BHKX.dimensions(), vd = v_BHXK.dimensions(),
+             sd = slot_BWT.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || sd.size() != 3 ||
+      index.element_count() != 1)
+    return ffi::Error::InvalidArgument(
+        "beam_slot_attention: expected q [B, W, H, K], kt [B, H, K, X], v [B, H, X, K], "
+        "slot [B, W, T] and a scalar index");
+  const Shapes s{qd[0], qd[1], qd[2], qd[3], sd[2], kd[3]};
+  if (kd[0] != s.B || kd[1] != s.H || kd[2] != s.K || s.X != s.T * s.W || vd[0] != s.B ||
+      vd[1] != s.H || vd[2] != s.X || vd[3] != s.K || sd[0] != s.B || sd[1] != s.W ||
+      k_BWHK.element_count() != q_BWHK.element_count() ||
+      v_BWHK.element_count() != q_BWHK.element_count())
+    return ffi::Error::InvalidArgument("beam_slot_attention: the shapes disagree");
+  const int32_t at = index.typed_data()[0];
+  const int64_t idx = at < 0 ? 0 : (at > s.T ? s.T : at);  // positions t < idx are read
+  const float *q = q_BWHK.typed_data(), *kt = kt_BHKX.typed_data(), *v = v_BHXK.typed_data(),
+              *k_own = k_BWHK.typed_data(), *v_own = v_BWHK.typed_data();
+  const int32_t* slot = slot_BWT.typed_data();
+  float* out = out_BWHK->typed_data();
+  jformer::parallel_for(pool, s.B * s.H, [=](int64_t begin, int64_t end) {
+    std::vector<float> scratch(s.W * (s.K + idx * s.W) + idx + 1);
+    for (int64_t i = begin; i < end; ++i)
+      row_head(s, i / s.H, i % s.H, idx, q, kt, v, slot, k_own, v_own, out, scratch.data());
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JformerBeamSlotAttention, BeamSlotAttentionImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
