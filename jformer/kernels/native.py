@@ -2,11 +2,12 @@
 
 The sources in csrc/ (``rows_matmul.cc``: jformer.kernels.rows_matmul; ``attention.cc``:
 jformer.kernels.native_attention; ``parallel.h``: the work sharing over XLA's intra-op
-threads; ``vexp.h``: exp 16 lanes at a time) are compiled into one library on first use, with the
-C++ compiler (``$CXX``, else ``g++``) against jaxlib's FFI headers, for this machine's CPU
-(``-march=native``), into ``$JFORMER_KERNEL_CACHE`` (default ``~/.cache/jformer/kernels``),
-keyed by the sources, flags, jaxlib version and CPU, and written atomically. Without a
-compiler :func:`available` warns once and returns False, and decoding keeps XLA's ops.
+threads; ``vec.h``: the 16-float vector and its loads; ``vexp.h``: exp 16 lanes at a
+time) are compiled into one library on first use, with the C++ compiler (``$CXX``, else
+``g++``) against jaxlib's FFI headers, for this machine's CPU (``-march=native``), into
+``$JFORMER_KERNEL_CACHE`` (default ``~/.cache/jformer/kernels``), keyed by the sources,
+flags, jaxlib version and CPU, and written atomically. Without a compiler
+:func:`available` warns once and returns False, and decoding keeps XLA's ops.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import jax
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = (CSRC / "rows_matmul.cc", CSRC / "attention.cc")
-HEADERS = (CSRC / "parallel.h", CSRC / "vexp.h")
+HEADERS = (CSRC / "parallel.h", CSRC / "vec.h", CSRC / "vexp.h")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
 # the library's handler symbols -> the FFI targets they are registered as (platform cpu)
 TARGETS = {"JformerRowsMatmul": "jformer_rows_matmul",

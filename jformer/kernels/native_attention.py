@@ -25,7 +25,10 @@ SLOT_TARGET = native.TARGETS["JformerBeamSlotAttention"]
 def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: Array,
                         index: Array, k_BWHK: Array, v_BWHK: Array) -> Array:
     """jformer.kernels.attention.beam_slot_attention's arguments and result, float32."""
-    _float32_only("beam_slot_attention", q_BWHK, kt_BHKX, v_BHXK, k_BWHK, v_BWHK)
+    floats = (q_BWHK, kt_BHKX, v_BHXK, k_BWHK, v_BWHK)
+    if any(a.dtype != jnp.float32 for a in floats):
+        raise TypeError("native_attention.beam_slot_attention runs float32 only; got "
+                        + ", ".join(str(a.dtype) for a in floats))
     batch, beam, heads, head_dim = q_BWHK.shape
     max_len = slot_BWT.shape[2]
     want = {"kt": (batch, heads, head_dim, max_len * beam),
@@ -40,11 +43,6 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
                          + ", ".join(bad))
     out = jax.ShapeDtypeStruct(q_BWHK.shape, jnp.float32)
     return jax.ffi.ffi_call(SLOT_TARGET, out)(q_BWHK, kt_BHKX, v_BHXK,
-                                         slot_BWT.astype(jnp.int32),
-                                         jnp.asarray(index, jnp.int32), k_BWHK, v_BWHK)
+                                              slot_BWT.astype(jnp.int32),
+                                              jnp.asarray(index, jnp.int32), k_BWHK, v_BWHK)
 
-
-def _float32_only(name: str, *arrays: Array) -> None:
-    if any(a.dtype != jnp.float32 for a in arrays):
-        raise TypeError(f"native_attention.{name} runs float32 only; got "
-                        + ", ".join(str(a.dtype) for a in arrays))

@@ -15,14 +15,10 @@
 // XLA's: that step reads the whole memory either way.)
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "parallel.h"
+#include "vec.h"
 #include "vexp.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -30,32 +26,9 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-
-// n <= 16 floats from p into a vector, zeros past n (a masked load: never reads past n)
-inline v16 load_n(const float* p, int64_t n) {
-  if (n == 16) return *reinterpret_cast<const v16u*>(p);
-#if defined(__AVX512F__)
-  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
-#else
-  v16 v{};
-  std::memcpy(&v, p, n * sizeof(float));
-  return v;
-#endif
-}
-
-inline void store_n(float* p, v16 v, int64_t n) {
-  if (n == 16) {
-    *reinterpret_cast<v16u*>(p) = v;
-    return;
-  }
-#if defined(__AVX512F__)
-  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
-#else
-  std::memcpy(p, &v, n * sizeof(float));
-#endif
-}
+using jformer::load_n;
+using jformer::store_n;
+using jformer::v16;
 
 // scores [G, X] (rows X apart) = q [G, K] . kt [K, X] (rows ldk apart), G <= 4 queries:
 // 16 columns at a time, their G sums in registers over k, one key vector per k
@@ -88,7 +61,7 @@ void scores_of(const float* q, int64_t G, int64_t K, const float* kt, int64_t ld
   }
 }
 
-// out [K] = init [K] * p0 + sum_j p[j] row(j) [K]: 64 columns at a time in registers
+// out [K] = p0 init [K] + sum_j p[j] row(j) [K]: 64 columns at a time in registers
 template <typename Row>
 void weighted_sum(const float* p, int64_t n, Row row, int64_t K, const float* init, float p0,
                   float* out) {
@@ -98,7 +71,7 @@ void weighted_sum(const float* p, int64_t n, Row row, int64_t K, const float* in
     for (int c = 0; c < 4; ++c) {
       const int64_t left = K - k0 - 16 * c;
       w[c] = left <= 0 ? 0 : (left < 16 ? left : 16);
-      acc[c] = init == nullptr || w[c] == 0 ? v16{} : (p0 - v16{}) * load_n(init + k0 + 16 * c, w[c]);
+      acc[c] = w[c] == 0 ? v16{} : (p0 - v16{}) * load_n(init + k0 + 16 * c, w[c]);
     }
     for (int64_t j = 0; j < n; ++j) {
       const float* r = row(j) + k0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "parallel.h"
+#include "vec.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -18,12 +19,9 @@ namespace {
 
 constexpr int64_t kTile = 64;  // columns per tile: 4 vectors of 16 floats
 
-// GCC/Clang vector extensions: AVX-512 registers under -march on Zen 4 / Skylake-X,
-// pairs of AVX2 registers elsewhere.
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-
-inline v16 load(const float* p) { return *reinterpret_cast<const v16u*>(p); }
+using jformer::load;
+using jformer::store;
+using jformer::v16;
 
 // x [R, K] (rows K apart) times one tile w_KC [K, 64] -> y [R, 64] (rows ldy apart), its
 // R x 64 sums in registers: per k, the tile's 4 vectors loaded once and each row's x
@@ -49,7 +47,7 @@ inline void tile_rows(const float* x, int64_t K, const float* w_KC, float* y, in
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) *reinterpret_cast<v16u*>(y + r * ldy + 16 * v) = acc[r][v];
+    for (int v = 0; v < 4; ++v) store(y + r * ldy + 16 * v, acc[r][v]);
 }
 
 constexpr int64_t kRows = 6;  // rows per register block
