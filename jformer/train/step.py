@@ -149,11 +149,16 @@ def make_step(loss_fn: Callable, tx: optax.GradientTransformation, *, accum_step
         # the updates' norm too made every new array wait for that reduction, so XLA kept
         # the old and new params and moments alive at once: +0.85 GB and ~5% of the step
         # time on the big model (bench_train.py big, batch 16).
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+
+        def update(state, grads):
+            updates, opt_state = tx.update(grads, state.opt_state, state.params)
+            params = optax.apply_updates(state.params, updates)
+            return state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+
         # A non-finite step leaves the state untouched; the host sees `nonfinite` and stops.
-        new = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, state)
+        # As a conditional, not a select of new and old: the update runs only when finite,
+        # and nothing reads both versions of every array.
+        new = lax.cond(finite, update, lambda state, _: state, state, grads)
         metrics["grad_norm"] = grad_norm
         metrics["nonfinite"] = 1.0 - finite.astype(jnp.float32)
         if schedule is not None:
