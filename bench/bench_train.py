@@ -2,7 +2,7 @@
 
     python bench/bench_train.py [--configs small,base] [--dtypes float32,bfloat16]
         [--batch 64] [--steps 20] [--base-steps 10] [--warmup 2] [--dropout 0.1]
-        [--malloc hugepages|glibc] [--max-wait 60] [--no-probe] [--json PATH]
+        [--malloc hugepages|glibc] [--max-wait 60] [--sequential] [--no-probe] [--json PATH]
 
 Runs the real jformer train step (``make_train_step`` + ``DataParallel`` over a one-device
 mesh, donated state, Adam on the paper's schedule, label smoothing 0.1, dropout 0.1) on a
@@ -10,7 +10,11 @@ batch of 64 rows (``--batch``) x 32 source x 32 target tokens: random ids from a
 full length (no padding), as the peer scripts in ../shared/bench do. Each (config, dtype)
 runs in its own subprocess so its peak RSS (``ru_maxrss``) belongs to that measurement
 alone. Step time is the median of the timed steps after warm-up; the first (compiling)
-step is reported separately. As in the peer script, a step is timed only while other
+step is reported separately. The dtypes (and ``--kernels`` sets) of one config are
+interleaved: their processes live side by side and run one step each in turn (the
+others wait, idle), so a bf16 / f32 ratio compares the same minutes of the machine,
+whose speed drifts by 10-30% over an hour; ``--sequential`` measures them one after the
+other instead. As in the peer script, a step is timed only while other
 processes use < 5% of a core (the 2 cores are shared): contended steps are dropped and
 the next waits for a quiet second; after ``--max-wait`` seconds of waiting in one
 measurement, steps are kept as they come and counted as "contended" in the table.
@@ -92,11 +96,15 @@ def _parse(argv=None) -> argparse.Namespace:
                    help="seconds one measurement may wait for a quiet machine (0: no gate)")
     p.add_argument("--malloc", default="hugepages", choices=sorted(MALLOC_ENV),
                    help="glibc allocator setting of the measured processes")
+    p.add_argument("--sequential", action="store_true",
+                   help="measure the dtypes (and kernel sets) of a config one after the "
+                        "other instead of interleaved step by step")
     p.add_argument("--no-probe", dest="probe", action="store_false",
                    help="skip the matmul probe (and the MFU column)")
     p.add_argument("--json", default="", metavar="PATH",
                    help="also write the probe and the rows (with tgt_tokens_per_s) as JSON")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # "config:dtype" or "probe"
+    p.add_argument("--turns", action="store_true", help=argparse.SUPPRESS)  # see Turns
     return p.parse_args(argv)
 
 
@@ -159,6 +167,21 @@ class QuietGate:
         self._quiet = True
 
 
+class Turns:
+    """A worker's side of the interleaving: each step (warm-up included) waits for a
+    line on stdin, and each step but the last answers with one JSON line on stdout (the
+    last step's answer is the worker's result). The parent (:func:`_run_interleaved`)
+    gives the workers of one config their turns in rotation, so at most one of them
+    computes at a time and every dtype sees the same minutes of the machine."""
+
+    def wait(self) -> None:
+        if not sys.stdin.readline():
+            raise SystemExit("bench_train worker: the parent closed the turn pipe")
+
+    def done(self, step: int, wall_s: float) -> None:
+        print(json.dumps({"step": step, "wall_s": wall_s}), flush=True)
+
+
 def _probe() -> dict:
     """Best-of-N GEMM rate (GFLOP/s) of this process's jnp.dot, float32 and bf16 inputs."""
     import jax
@@ -214,14 +237,20 @@ def _build(config: str, dtype: str, dropout: float, kernels: str = "auto",
 
 
 def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
-             max_wait_s: float, kernels: str = "auto", batch: int = BATCH) -> dict:
-    """One (config, dtype, kernels) row; run in its own process."""
+             max_wait_s: float, kernels: str = "auto", batch: int = BATCH,
+             turns: Turns | None = None) -> dict:
+    """One (config, dtype, kernels) row; run in its own process (with ``turns``: one step
+    per turn, interleaved with the config's other workers)."""
     import jax
     cfg, dp, step, state, batches = _build(config, dtype, dropout, kernels, batch)
     params = sum(x.size for x in jax.tree.leaves(state.params))
     gate = QuietGate(max_wait_s)
     times, faults, first_s, i = [], [], None, 0
     while len(times) < steps:
+        if turns is not None:
+            if i:
+                turns.done(i, wall)
+            turns.wait()
         if i >= warmup:
             gate.wait()
         t0, own0, busy0 = time.perf_counter(), time.process_time(), _machine_busy_s()
@@ -251,8 +280,8 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def _run_worker(spec: str, args: argparse.Namespace) -> dict:
-    """Runs this script with --worker in a fresh process; returns its JSON line."""
+def _worker_cmd(spec: str, args: argparse.Namespace) -> tuple[list[str], dict]:
+    """The command line and environment of one --worker process."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", spec,
            "--steps", str(args.steps), "--base-steps", str(args.base_steps),
            "--warmup", str(args.warmup), "--dropout", str(args.dropout), "--malloc", args.malloc,
@@ -261,10 +290,55 @@ def _run_worker(spec: str, args: argparse.Namespace) -> dict:
     for name, value in MALLOC_ENV[args.malloc].items():  # appended to the caller's tunables
         if value not in env.get(name, "").split(":"):
             env[name] = ":".join(filter(None, [env.get(name, ""), value]))
+    return cmd, env
+
+
+def _run_worker(spec: str, args: argparse.Namespace) -> dict:
+    """Runs this script with --worker in a fresh process; returns its JSON line."""
+    cmd, env = _worker_cmd(spec, args)
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
     if done.returncode:
         raise RuntimeError(f"worker {spec} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _run_interleaved(specs: list[str], args: argparse.Namespace) -> list[dict]:
+    """One --worker --turns process per spec, all alive at once, given one step each in
+    rotation (the order alternates every round) until each has its timed steps; each
+    keeps its own peak RSS. Returns their results in the order of ``specs``."""
+    import tempfile
+    procs, results = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, spec in enumerate(specs):
+            cmd, env = _worker_cmd(spec, args)
+            err = open(os.path.join(tmp, f"{n}.err"), "w+")
+            procs.append((spec, err, subprocess.Popen(
+                cmd + ["--turns"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                text=True, cwd=REPO, env=env)))
+        try:
+            order = list(range(len(procs)))
+            while len(results) < len(procs):
+                for n in order:
+                    spec, err, proc = procs[n]
+                    if spec in results:
+                        continue
+                    proc.stdin.write("go\n")
+                    proc.stdin.flush()
+                    line = proc.stdout.readline()
+                    if not line:
+                        proc.wait()
+                        err.seek(0)
+                        raise RuntimeError(f"worker {spec} failed:\n{err.read()[-3000:]}")
+                    answer = json.loads(line)
+                    if "step" not in answer:  # the last step's answer: the result
+                        results[spec] = answer
+                order.reverse()
+        finally:
+            for _, err, proc in procs:
+                proc.kill() if proc.poll() is None else None
+                proc.wait()
+                err.close()
+    return [results[s] for s in specs]
 
 
 def _worker_main(args: argparse.Namespace) -> None:
@@ -274,7 +348,8 @@ def _worker_main(args: argparse.Namespace) -> None:
     config, dtype, kernels = args.worker.split(":")
     steps = args.steps if config == "small" else args.base_steps
     print(json.dumps(_measure(config, dtype, steps, max(args.warmup, 1), args.dropout,
-                              args.max_wait, kernels, args.batch)))
+                              args.max_wait, kernels, args.batch,
+                              Turns() if args.turns else None)), flush=True)
 
 
 def _table(rows: list[dict], probe: dict | None) -> str:
@@ -292,6 +367,19 @@ def _table(rows: list[dict], probe: dict | None) -> str:
             f"{r['first_step_s']:.1f} | {_steps_cell(r)} | {r['peak_rss_mib']:,.0f} | "
             f"{r['flops'] / 1e9:.1f} | {rate:.0f} | {mfu} |")
     return "\n".join(lines)
+
+
+def _dtype_ratios(rows: list[dict]) -> list[str]:
+    """"bfloat16 / float32" step-time ratios of the same config and kernels, one line each."""
+    steps = {(r["config"], r["kernels"], r["dtype"]): r for r in rows}
+    lines = []
+    for (config, kernels, dtype), r in steps.items():
+        f32 = steps.get((config, kernels, "float32"))
+        if dtype == "bfloat16" and f32:
+            how = "interleaved step by step" if r.get("interleaved") else "one after the other"
+            lines.append(f"{config} {kernels}: bfloat16 / float32 tokens/s = "
+                         f"{f32['step_s'] / r['step_s']:.2f}x ({how})")
+    return lines
 
 
 def _steps_cell(r: dict) -> str:
@@ -325,16 +413,26 @@ def main(argv=None) -> None:
         print(f"matmul probe {'x'.join(map(str, PROBE_SHAPE))} (best of 30): "
               + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in probe.items()), flush=True)
     rows = []
-    for c, d, k in itertools.product(configs, dtypes, kernel_sets):
-        rows.append(_run_worker(f"{c}:{d}:{k}", args))
-        r = rows[-1]
-        r["tgt_tokens_per_s"] = args.batch * TGT_LEN / r["step_s"]
-        print(f"  {c} {d} {k}: {r['step_s']:.3f} s/step, {r['tgt_tokens_per_s']:,.0f} tok/s, "
-              f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)
+    for c in configs:
+        specs = [f"{c}:{d}:{k}" for d, k in itertools.product(dtypes, kernel_sets)]
+        if args.sequential or len(specs) == 1:
+            measured = [_run_worker(spec, args) for spec in specs]
+        else:
+            measured = _run_interleaved(specs, args)
+        for r in measured:
+            r["tgt_tokens_per_s"] = args.batch * TGT_LEN / r["step_s"]
+            r["interleaved"] = not args.sequential and len(specs) > 1
+            print(f"  {c} {r['dtype']} {r['kernels']}: {r['step_s']:.3f} s/step, "
+                  f"{r['tgt_tokens_per_s']:,.0f} tok/s, "
+                  f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)
+        rows += measured
     print(f"\n### Train step, batch {args.batch} x {SRC_LEN} src x {TGT_LEN} tgt, "
           f"dropout {args.dropout}, label smoothing 0.1, Adam, 1 device, "
           f"malloc {args.malloc} {MALLOC_ENV[args.malloc] or ''}\n")
     print(_table(rows, probe))
+    ratios = _dtype_ratios(rows)
+    if ratios:
+        print("\n" + "\n".join(ratios))
     if args.json:
         write_json(args.json, {"probe_gflops": probe, "malloc": MALLOC_ENV[args.malloc],
                                "rows": rows})
