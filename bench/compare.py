@@ -7,7 +7,8 @@
 
 What runs, each measurement in its own process:
 
-- jformer: bench/bench_train.py (one config, one dtype) and bench/bench_decode.py (the
+- jformer: bench/bench_train.py (one config; several dtypes in one run, interleaved step
+  by step, so their ratio compares the same minutes) and bench/bench_decode.py (the
   small config, one batch x beam shape, one dtype), decoding once per device setting
   (``--devices n`` for each n of --jformer-devices that divides a batch over 1: the batch
   decoded data-parallel over n CPU devices, as ``jformer translate --devices n`` does);
@@ -78,6 +79,11 @@ class Job:
     json_path: str = ""  # jformer: the result is rows[0] of this file; peers: RESULT line
     detail: str = ""  # the setting: CTranslate2's threads, jformer's decoding devices
     peer: bool = True
+    rows: tuple[str, ...] = ()  # several rows in one process: the engine of each JSON row
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        return self.rows or (self.engine,)
 
 
 def _parse(argv=None) -> argparse.Namespace:
@@ -200,13 +206,14 @@ def ct2_settings(batch: int, threads: list[int]) -> list[tuple[int, int, int]]:
 
 # ------------------------------------------------------------------------ the jobs
 def train_jobs(args, config: str, peers: list[str], tmp: str) -> tuple[list, list]:
-    ours = [Job(f"train {config}", f"jformer {d}", [
+    dtypes = _list(args.dtypes)  # all in one bench_train.py run, interleaved step by step
+    ours = [Job(f"train {config}", "jformer " + ",".join(dtypes), [
         sys.executable, os.path.join(REPO, "bench", "bench_train.py"), "--configs", config,
-        "--dtypes", d, "--steps", str(args.train_steps), "--base-steps",
+        "--dtypes", ",".join(dtypes), "--steps", str(args.train_steps), "--base-steps",
         str(args.train_steps), "--warmup", str(args.warmup), "--no-probe",
         "--max-wait", "0" if args.no_gate else "60"], "tgt_tokens_per_s",
-        json_path=os.path.join(tmp, f"train-{config}-{d}.json"), peer=False)
-        for d in _list(args.dtypes)]
+        json_path=os.path.join(tmp, f"train-{config}.json"), peer=False,
+        rows=tuple(f"jformer {d}" for d in dtypes))] if dtypes else []
     theirs = []
     if "flax" in peers:
         theirs.append(Job(f"train {config}", "Flax WMT", _flax_worker(
@@ -265,7 +272,8 @@ def interleaved(ours: list[Job], theirs: list[Job], peer_first: bool) -> list[Jo
 # ------------------------------------------------------------------------ running
 def run_job(job: Job, env: dict, timeout: float, cwd: str) -> dict:
     """Runs the job's process; {"tok_s": ..., "peak_rss_mib": ..., "result": ...} or
-    {"error": ...}. The peak RSS is the process's own (``wait4``'s ru_maxrss)."""
+    {"error": ...}. The peak RSS is the process's own (``wait4``'s ru_maxrss); a job of
+    several rows also gets "rows", every row of its JSON (each with its worker's RSS)."""
     argv = job.argv + (["--json", job.json_path] if job.json_path else [])
     start = time.perf_counter()
     done = run_measured(argv, env, timeout, cwd)
@@ -275,14 +283,20 @@ def run_job(job: Job, env: dict, timeout: float, cwd: str) -> dict:
     if done.returncode:
         return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
     try:
+        rows = []
         if job.json_path:
             with open(job.json_path) as f:
-                result = json.load(f)["rows"][0]
+                rows = json.load(f)["rows"]
+            result = rows[0]
         else:
             line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
             result = json.loads(line[len("RESULT "):])
-        return {"tok_s": float(result[job.key]), "wall_s": wall,
-                "peak_rss_mib": done.peak_rss_mib, "result": result}
+        out = {"tok_s": float(result[job.key]), "wall_s": wall,
+               "peak_rss_mib": done.peak_rss_mib, "result": result}
+        if job.rows:
+            out["rows"] = [{"tok_s": float(r[job.key]), "wall_s": wall,
+                            "peak_rss_mib": r["peak_rss_mib"], "result": r} for r in rows]
+        return out
     except (IndexError, KeyError, ValueError, OSError) as e:
         return {"error": f"no result ({e!r}): {done.stdout.strip()[-800:]}"}
 
@@ -404,12 +418,14 @@ def run_rounds(args, groups: list[tuple[list, list]], env: dict, tmp: str) -> li
         for ours, theirs in groups:
             for job in interleaved(ours, theirs, peer_first=r % 2 == 1):
                 out = run_job(job, env, args.timeout, tmp)
-                records.append(dict(round=r, group=job.group, engine=job.engine,
-                                    detail=job.detail, argv=job.argv, **out))
-                shown = (f"{out['tok_s']:,.0f} tok/s" if "tok_s" in out
-                         else f"ERROR {out['error'].splitlines()[-1][:300]}")
-                name = job.engine + (f" ({job.detail})" if job.detail else "")
-                print(f"  round {r + 1} | {job.group} | {name}: {shown}", flush=True)
+                outs = out.pop("rows", None) or [out] * len(job.engines)
+                for engine, one in zip(job.engines, outs):
+                    records.append(dict(round=r, group=job.group, engine=engine,
+                                        detail=job.detail, argv=job.argv, **one))
+                    shown = (f"{one['tok_s']:,.0f} tok/s" if "tok_s" in one
+                             else f"ERROR {one['error'].splitlines()[-1][:300]}")
+                    name = engine + (f" ({job.detail})" if job.detail else "")
+                    print(f"  round {r + 1} | {job.group} | {name}: {shown}", flush=True)
     return records
 
 
@@ -442,7 +458,7 @@ def main(argv=None) -> int:
         records = run_rounds(args, groups, env, tmp)
     jobs = [j for ours, theirs in groups for j in ours + theirs]
     best, chosen = summarize(records)
-    engines = list(dict.fromkeys(j.engine for j in jobs))
+    engines = list(dict.fromkeys(e for j in jobs for e in j.engines))
     print("\n" + tables(best, list(dict.fromkeys(j.group for j in jobs)), engines))
     for g, details in chosen.items():
         settings = {e: d for e, d in details.items() if d}

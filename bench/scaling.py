@@ -228,7 +228,7 @@ def main(argv=None) -> int:
         records = compare.run_rounds(args, groups, env, tmp)
     best, memory = collect(records)
     report(args, best, memory, meta,
-           list(dict.fromkeys(j.engine for ours, theirs in groups for j in ours + theirs)))
+           list(dict.fromkeys(e for ours, theirs in groups for j in ours + theirs for e in j.engines)))
     if args.out:
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         write_json(args.out, dict(meta=meta, argv=sys.argv[1:] if argv is None else argv,

@@ -149,3 +149,25 @@ print(json.dumps([big.__dict__, small.__dict__, job]))
                                                   "import time; time.sleep(60)"], "tok"),
                            dict(os.environ), 0.5, str(tmp_path)) == {
         "error": "timeout after 0.5 s"}
+
+
+def test_jformer_trains_its_dtypes_in_one_interleaved_run_one_record_per_dtype(tmp_path):
+    args = compare._parse(["--dtypes", "float32,bfloat16", "--rounds", "1"])
+    ours, theirs = compare.train_jobs(args, "small", [], str(tmp_path))
+    assert theirs == [] and len(ours) == 1
+    (train,) = ours
+    assert train.engines == ("jformer float32", "jformer bfloat16") and not train.peer
+    assert train.argv[train.argv.index("--dtypes") + 1] == "float32,bfloat16"
+    # what bench_train.py --json writes: one row per dtype, each with its worker's RSS
+    rows = [dict(dtype="float32", tgt_tokens_per_s=100.0, peak_rss_mib=900.0),
+            dict(dtype="bfloat16", tgt_tokens_per_s=170.0, peak_rss_mib=800.0)]
+    write = f"import json; json.dump({{'rows': {rows!r}}}, open({train.json_path!r}, 'w'))"
+    train.argv = [sys.executable, "-c", write]
+    records = compare.run_rounds(args, [(ours, [])], dict(os.environ), str(tmp_path))
+    assert [(r["engine"], r["tok_s"], r["peak_rss_mib"]) for r in records] == [
+        ("jformer float32", 100.0, 900.0), ("jformer bfloat16", 170.0, 800.0)]
+    best, _ = compare.summarize(records)
+    assert best["train small"]["jformer bfloat16"] / best["train small"]["jformer float32"] == 1.7
+    (single,), _ = compare.train_jobs(compare._parse(["--dtypes", "bfloat16"]), "base", [],
+                                      str(tmp_path))
+    assert single.engines == ("jformer bfloat16",)
