@@ -335,7 +335,8 @@ def _run_interleaved(specs: list[str], args: argparse.Namespace) -> list[dict]:
                 order.reverse()
         finally:
             for _, err, proc in procs:
-                proc.kill() if proc.poll() is None else None
+                if proc.poll() is None:
+                    proc.kill()
                 proc.wait()
                 err.close()
     return [results[s] for s in specs]
@@ -415,13 +416,14 @@ def main(argv=None) -> None:
     rows = []
     for c in configs:
         specs = [f"{c}:{d}:{k}" for d, k in itertools.product(dtypes, kernel_sets)]
-        if args.sequential or len(specs) == 1:
-            measured = [_run_worker(spec, args) for spec in specs]
-        else:
+        interleaved = len(specs) > 1 and not args.sequential
+        if interleaved:
             measured = _run_interleaved(specs, args)
+        else:
+            measured = [_run_worker(spec, args) for spec in specs]
         for r in measured:
             r["tgt_tokens_per_s"] = args.batch * TGT_LEN / r["step_s"]
-            r["interleaved"] = not args.sequential and len(specs) > 1
+            r["interleaved"] = interleaved
             print(f"  {c} {r['dtype']} {r['kernels']}: {r['step_s']:.3f} s/step, "
                   f"{r['tgt_tokens_per_s']:,.0f} tok/s, "
                   f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)

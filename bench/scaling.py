@@ -227,8 +227,8 @@ def main(argv=None) -> int:
                            in compare._list(args.train_batches))]
         records = compare.run_rounds(args, groups, env, tmp)
     best, memory = collect(records)
-    report(args, best, memory, meta,
-           list(dict.fromkeys(e for ours, theirs in groups for j in ours + theirs for e in j.engines)))
+    jobs = [j for ours, theirs in groups for j in ours + theirs]
+    report(args, best, memory, meta, list(dict.fromkeys(e for j in jobs for e in j.engines)))
     if args.out:
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         write_json(args.out, dict(meta=meta, argv=sys.argv[1:] if argv is None else argv,
