@@ -146,10 +146,10 @@ def _compile(jitted, args, **static):
     return compiled, time.perf_counter() - start
 
 
-def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int,
-            recompute: bool, chunk_size: int, dtype: str = "float32", devices: int = 1,
-            rows_kernel: bool = True) -> dict:
-    """Tokens/s of the cached search (and of the recompute baseline if asked)."""
+def prepare(name: str, params, batch: int, beam: int, gen_len: int, chunk_size: int,
+            dtype: str = "float32", devices: int = 1, rows_kernel: bool = True):
+    """The compiled cached search of one setting, ready to time: (compiled, args, spec,
+    row), ``row`` being the setting's table row with its compile_s and no speed yet."""
     cfg = dataclasses.replace(CONFIGS[name], dtype=dtype)
     rng = np.random.default_rng(batch * 7 + beam)
     inputs_BS = rng.integers(4, cfg.vocab_size, (batch, SRC_LEN)).astype(np.int32)
@@ -171,11 +171,22 @@ def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int
                                        mesh=mesh)
     else:
         compiled, compile_s = _compile(decode_batch, args, model_cfg=cfg, spec=spec)
-    cached_s = _time(compiled, args, repeats)
     row = dict(config=name, batch=batch, beam=beam, compile_s=compile_s,
                devices=devices if split else ("1" if devices == 1 else f"1 of {devices}"),
-               cached=batch * gen_len / cached_s, recompute=None, same=None)
+               cached=None, recompute=None, same=None)
+    return compiled, args, spec, row
+
+
+def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int,
+            recompute: bool, chunk_size: int, dtype: str = "float32", devices: int = 1,
+            rows_kernel: bool = True) -> dict:
+    """Tokens/s of the cached search (and of the recompute baseline if asked)."""
+    compiled, args, spec, row = prepare(name, params, batch, beam, gen_len, chunk_size, dtype,
+                                        devices, rows_kernel)
+    row["cached"] = batch * gen_len / _time(compiled, args, repeats)
     if recompute:
+        cfg = dataclasses.replace(CONFIGS[name], dtype=dtype)
+        inputs_BS = args[2]
         r_args = (params, inputs_BS)
         r_compiled, _ = _compile(_RECOMPUTE, r_args, model_cfg=cfg, spec=spec)
         row["recompute"] = batch * gen_len / _time(r_compiled, r_args, repeats)

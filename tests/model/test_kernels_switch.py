@@ -15,6 +15,7 @@ from jformer.train.step import create_train_state, make_loss_fn, make_train_step
 from jformer.train.schedules import make_optimizer
 from jformer.mesh import AXIS, make_mesh
 from jformer.train.sharding import DataParallel
+from tests.devices import first_devices
 
 PAD, BOS, EOS = 0, 2, 3
 CFG = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=2,
@@ -109,7 +110,7 @@ def _train(kernels, steps=6):
     model = Transformer(cfg)
     tcfg = TrainConfig(warmup_steps=2, learning_rate_scale=0.1)
     tx, schedule = make_optimizer(tcfg, cfg.d_model)
-    dp = DataParallel(make_mesh(jax.devices()[:2]))
+    dp = DataParallel(make_mesh(first_devices(2)))
     step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=PAD,
                                       schedule=schedule))
     b = {k: np.asarray(v) for k, v in batch().items()}

@@ -16,6 +16,7 @@ from jformer.train.sharding import DataParallel
 from jformer.train.losses import smoothed_cross_entropy
 from jformer.train.step import (create_train_state, make_eval_step, make_loss_fn,
                                  make_train_step)
+from tests.devices import first_devices
 
 CFG = ModelConfig(vocab_size=31, d_model=16, num_heads=2, num_encoder_layers=1,
                   num_decoder_layers=1, d_ff=24, max_len=16, dropout_rate=0.0)
@@ -60,8 +61,7 @@ def assert_trees_close(a, b, atol):
 
 @pytest.mark.slow
 def test_shard_map_and_pmap_give_same_parameters():
-    devices = jax.devices()
-    assert len(devices) == 8
+    devices = first_devices(8)
     a, ha = run("shard_map", devices)
     b, hb = run("pmap", devices)
     assert_trees_close(a.params, b.params, atol=1e-6)
@@ -72,7 +72,7 @@ def test_shard_map_and_pmap_give_same_parameters():
 
 @pytest.mark.slow
 def test_eight_way_data_parallel_equals_one_device():
-    eight, h8 = run("shard_map", jax.devices())
+    eight, h8 = run("shard_map", first_devices(8))
     one, h1 = run("shard_map", jax.devices()[:1])
     assert_trees_close(eight.params, one.params, atol=2e-6)
     assert h8[0]["tokens"] == h1[0]["tokens"]
@@ -104,7 +104,7 @@ def test_dropout_makes_steps_depend_on_rng_but_stay_reproducible():
 def test_nonfinite_loss_leaves_state_untouched():
     model = Transformer(CFG)
     tx, _ = make_optimizer(TCFG, CFG.d_model)
-    dp = DataParallel(make_mesh(jax.devices()[:2]))
+    dp = DataParallel(make_mesh(first_devices(2)))
     step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0),
                       donate_state=False)
     state = dp.put_state(create_train_state(model, tx, 0, global_batch(0)))
@@ -128,7 +128,7 @@ def test_sgd_step_applies_the_gradient_of_the_token_mean_loss(devices):
     real target tokens, whatever the device count; grad_norm is that gradient's norm."""
     lr, batch = 0.5, global_batch(7)
     model, tx = Transformer(CFG), optax.sgd(0.5)
-    dp = DataParallel(make_mesh(jax.devices()[:devices]))
+    dp = DataParallel(make_mesh(first_devices(devices)))
     step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0),
                       donate_state=False)
     state = create_train_state(model, tx, 0, batch)
@@ -146,7 +146,7 @@ def test_eval_step_sums_over_the_global_batch():
     model = Transformer(CFG)
     tx, _ = make_optimizer(TCFG, CFG.d_model)
     state = create_train_state(model, tx, 0, global_batch(0))
-    dp = DataParallel(make_mesh(jax.devices()[:4]))
+    dp = DataParallel(make_mesh(first_devices(4)))
     evaluate = dp.compile(make_eval_step(model, label_smoothing=0.0, pad_id=0),
                           donate_state=False)
     batch = global_batch(5)
@@ -160,7 +160,7 @@ def test_eval_step_sums_over_the_global_batch():
 
 
 def test_put_batch_rejects_rows_not_divisible_by_devices():
-    dp = DataParallel(make_mesh(jax.devices()[:4]))
+    dp = DataParallel(make_mesh(first_devices(4)))
     with pytest.raises(ValueError, match="multiple of the 4 local devices"):
         dp.put_batch({"inputs": np.zeros((6, 3), np.int32)})
 
