@@ -25,7 +25,6 @@ def test_without_a_compiler_it_warns_once_and_decoding_keeps_xla(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("jformer.kernels.native unavailable") == 1
     assert "no C++ compiler 'no-such-compiler-jformer'" in done.stderr
-    assert list(tmp_path.iterdir()) == []  # nothing half-written left in the cache
 
 
 @pytest.mark.skipif(not native.available(), reason="the library could not be built here")
@@ -50,3 +49,23 @@ def test_every_kernel_is_registered():
     assert all(hasattr(library, symbol) for symbol in native.TARGETS)
     assert sorted(native.TARGETS.values()) == ["jformer_beam_slot_attention",
                                                "jformer_rows_matmul"]
+
+
+def test_a_compiler_that_fails_midway_leaves_nothing_in_the_cache(tmp_path):
+    """The compiler starts, writes part of its output, then fails: the build raises, the
+    half-written library is removed, and decoding keeps XLA's ops (one warning)."""
+    compiler = tmp_path / "half-cxx"
+    compiler.write_text('#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done\n'
+                        'printf "half a library" > "$2"\necho "internal compiler error" >&2\n'
+                        'exit 1\n')
+    compiler.chmod(0o755)
+    cache = tmp_path / "cache"
+    script = ("import logging\nlogging.basicConfig(level=logging.WARNING)\n"
+              "from jformer.kernels import native\nassert native.available() is False\n")
+    env = dict(os.environ, CXX=str(compiler), JFORMER_KERNEL_CACHE=str(cache))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    assert "internal compiler error" in done.stderr and "failed (1)" in done.stderr
+    assert cache.is_dir() and list(cache.iterdir()) == []  # the partial output is gone
