@@ -170,8 +170,8 @@ def test_beam_with_ctranslate2s_eos_rule_matches_on_a_random_model(tokenizer, tm
 def test_searches_match_on_the_committed_workdir(tmp_path):
     """Greedy: all 24 test sentences, finished or cut at max_len alike. Beam 4: the
     sentences jformer's beam finishes (its forced EOS at max_len is not CTranslate2's).
-    GNMT: jformer's alpha 0.6 choice, where CTranslate2's 4-best list holds it, gets
-    jformer's score from gnmt_rerank."""
+    GNMT: on every one of those, jformer's alpha 0.6 choice is the head of CTranslate2's
+    4-best list re-ranked by gnmt_rerank, with jformer's score."""
     out = ct2_export.export_workdir(LEGACY, tmp_path / "ct2")
     ct2 = ctranslate2.Translator(out, device="cpu", intra_threads=1)
     # One source bucket and one row count: one compiled greedy and one beam program.
@@ -192,13 +192,10 @@ def test_searches_match_on_the_committed_workdir(tmp_path):
     theirs = ct2.translate_batch(ct2_pieces(translator, done), num_hypotheses=4,
                                  return_end_token=True, **search_options(4, max_len))
     index, eos = piece_ids(translator), translator.model_cfg.eos_id
-    found = 0
     for h, r in zip(ours, theirs):
-        for pieces, score in gnmt_rerank(r, alpha=0.6):
-            if [index[p] for p in pieces] + [eos] == h.ids.tolist():
-                np.testing.assert_allclose(score, h.score, atol=1e-4, rtol=0)
-                found += 1
-    assert found >= len(done) // 2
+        (pieces, score), *_ = gnmt_rerank(r, alpha=0.6)  # CTranslate2's 4-best, re-ranked
+        assert [index[p] for p in pieces] + [eos] == h.ids.tolist()
+        np.testing.assert_allclose(score, h.score, atol=1e-4, rtol=0)
 
 
 # ------------------------------------------------------------------------- refusals
@@ -272,7 +269,8 @@ def test_a_failed_export_leaves_nothing_behind(tmp_path, monkeypatch):
 def test_one_converter_writes_every_quantization_and_leaves_the_params_alone(tokenizer,
                                                                             tmp_path):
     """CTranslate2 quantizes the spec's arrays in place: the converter must hand it
-    copies, or an int8 export would scale the caller's params."""
+    copies, or an int8 export would scale the caller's params. Each export loads, scores
+    and translates; float16 (computed in float32) and int8 stay near float32's scores."""
     cfg = variant_config("pre_concat_shared_untied", tokenizer)
     params = perturbed_params(cfg)
     before = jax.tree.map(np.copy, params)
@@ -281,5 +279,19 @@ def test_one_converter_writes_every_quantization_and_leaves_the_params_alone(tok
     for quantization in ("int8", "float32", "float16"):
         converter.convert(str(tmp_path / quantization), quantization=quantization)
     jax.tree.map(np.testing.assert_array_equal, params, before)
-    f32 = ctranslate2.Translator(str(tmp_path / "float32"), device="cpu")
-    assert f32.score_batch([["▁Five"]], [["▁Fünf"]])[0].log_probs
+    sources = [["▁Five"], ["▁Five", "▁Fünf"], ["▁Fünf"]]
+    targets = [["▁Fünf"], ["▁Fünf", "▁Five"], ["▁Five", "▁Five"]]
+    scores = {}
+    for quantization in ("float32", "float16", "int8"):
+        loaded = ctranslate2.Translator(str(tmp_path / quantization), device="cpu",
+                                        compute_type="float32" if quantization == "float16"
+                                        else "default")
+        got = loaded.score_batch(sources, targets)
+        scores[quantization] = np.concatenate([r.log_probs for r in got])
+        translated = loaded.translate_batch(sources, beam_size=2, max_decoding_length=6)
+        assert all(r.hypotheses[0] for r in translated)
+    # Each file holds its own rounding of the weights (not a float32 copy), and stays
+    # within its format's error of float32 (7 tokens, log-probs around -6 to -9).
+    for quantization, bound in (("float16", 0.01), ("int8", 0.25)):
+        error = np.abs(scores[quantization] - scores["float32"]).max()
+        assert 0 < error <= bound, (quantization, error)

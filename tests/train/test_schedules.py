@@ -22,11 +22,27 @@ def test_peak_is_at_warmup():
     assert values.argmax() == 39  # count 39 is step 40 = warmup
 
 
-def test_optimizer_uses_paper_adam_settings():
+def test_optimizer_is_the_papers_adam_on_equation_3():
+    """Three updates of make_optimizer's default against Adam written out with the paper's
+    beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9 (section 5.3) and the rate of eq. 3 at steps
+    1, 2, 3. One gradient entry is 1e-9, the size of epsilon, so epsilon's value shows."""
+    d_model, warmup = 512, 4000
     cfg = TrainConfig()
-    assert (cfg.adam_b1, cfg.adam_b2, cfg.adam_eps) == (0.9, 0.98, 1e-9)
-    tx, sched = make_optimizer(TrainConfig(grad_clip_norm=1.0), 512)
-    assert sched is not None and tx is not None
+    assert (cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, cfg.warmup_steps) == (0.9, 0.98, 1e-9,
+                                                                           warmup)
+    tx, sched = make_optimizer(cfg, d_model)
+    grads = [np.array([0.5, -2.0, 1e-9]), np.array([0.1, 3.0, 1e-9]),
+             np.array([-1.0, 0.25, 1e-9])]
+    params = {"w": np.zeros(3, np.float32)}
+    state = tx.init(params)
+    m = v = np.zeros(3)
+    for t, g in enumerate(grads, start=1):
+        rate = d_model ** -0.5 * min(t ** -0.5, t * warmup ** -1.5)  # eq. 3
+        assert float(sched(t - 1)) == pytest.approx(rate, rel=1e-6)
+        m, v = 0.9 * m + 0.1 * g, 0.98 * v + 0.02 * g * g
+        want = -rate * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.98 ** t)) + 1e-9)
+        updates, state = tx.update({"w": g.astype(np.float32)}, state, params)
+        np.testing.assert_allclose(np.asarray(updates["w"]), want, rtol=2e-5)
 
 
 _SETTINGS = [dict(), dict(grad_clip_norm=0.5), dict(weight_decay=0.01),
