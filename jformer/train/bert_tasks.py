@@ -28,7 +28,7 @@ import numpy as np
 
 from jformer import config as config_lib
 from jformer import files
-from jformer.config_fields import check, check_seed
+from jformer.config.fields import check, check_seed
 from jformer.data import demo_documents
 from jformer.data.epochs import EpochIterator, EpochOptions
 from jformer.data.pipeline import load_or_train_tokenizer

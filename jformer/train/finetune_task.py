@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jformer import files
-from jformer.config_fields import check, check_seed
+from jformer.config.fields import check, check_seed
 from jformer.data import demo_documents as dd
 from jformer.data import finetuning as ft
 from jformer.data import sources
