@@ -64,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def sentences(src: str | None, count: int) -> list[str]:
     if src:
-        from jformer import files
+        from jformer.workdir import files
 
         lines = [line for line in files.read_lines(src) if line.strip()]
     else:

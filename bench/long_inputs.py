@@ -31,9 +31,9 @@ import warnings
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from jformer import files  # noqa: E402
 from jformer.data import demo_corpus  # noqa: E402
 from jformer.inference import OverlongWarning, Translator, scoring  # noqa: E402
+from jformer.workdir import files  # noqa: E402
 
 METHODS = ("split", "packed", "extended", "truncate")
 

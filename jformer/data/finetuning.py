@@ -30,10 +30,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from jformer import files
 from jformer.data.epochs import Batch
 from jformer.data.pretraining import Specials
 from jformer.data.tokenizer import Tokenizer
+from jformer.workdir import files
 
 KINDS = ("classify", "tag", "span")
 BITEXT_LABELS = ("not_translation", "translation")

@@ -30,9 +30,9 @@ import os
 import string
 
 from jformer.config import DataConfig
-from jformer import files
-from jformer.data.corpus import Pair, ParallelCorpus, make_corpus  # noqa: F401  (Pair re-exported)
 from jformer.data import demo_corpus
+from jformer.data.corpus import Pair, ParallelCorpus, make_corpus  # noqa: F401  (Pair re-exported)
+from jformer.workdir import files
 
 SPLITS = ("train", "eval", "test")
 

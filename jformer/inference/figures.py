@@ -24,10 +24,10 @@ from jformer.data import demo_corpus
 from jformer.data.packing import first_fit, packed_batch
 from jformer.data.ragged import RaggedArray
 from jformer.data.tokenizer import Tokenizer
-from jformer.files import write_atomically
 from jformer.inference.embedding_space import embedding_panels
 from jformer.model import masks
 from jformer.model.embeddings import sinusoid_table
+from jformer.workdir.files import write_atomically
 
 DPI = 100
 DEFAULT_SENTENCE = "I see twenty-one red apples."

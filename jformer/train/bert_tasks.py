@@ -27,11 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jformer import config as config_lib
-from jformer import files
 from jformer.config.fields import check, check_seed
 from jformer.data import demo_documents
 from jformer.data.epochs import EpochIterator, EpochOptions
 from jformer.data.pipeline import load_or_train_tokenizer
+from jformer.workdir import files
 from jformer.data.pretraining import (SPECIAL_PIECES, Documents, PretrainingSource,
                                       PretrainOptions, Specials, read_documents)
 from jformer.data.tokenizer import Tokenizer

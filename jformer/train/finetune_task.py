@@ -25,7 +25,6 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
-from jformer import files
 from jformer.config.fields import check, check_seed
 from jformer.data import demo_documents as dd
 from jformer.data import finetuning as ft
@@ -42,6 +41,7 @@ from jformer.train.config_checks import validate_config
 from jformer.train.evaluation import eval_sums, host_params
 from jformer.train.step import make_evaluation_step, make_step
 from jformer.train.tasks import Built, Task
+from jformer.workdir import files
 
 _log = logging.getLogger(__name__)
 _SPLIT_OFFSET = {"train": 0, "eval": 1, "test": 2}  # seeds of the splits' demo draws

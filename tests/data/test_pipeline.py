@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from jformer.config import DataConfig
-from jformer import files
 from jformer.data import pipeline
+from jformer.workdir import files
 
 CFG = DataConfig(source="demo", demo_num_train=600, demo_num_eval=37, demo_num_test=23,
                  vocab_size=400, max_source_len=64, max_target_len=64, max_tokens=1024)

@@ -107,7 +107,7 @@ def test_trained_embeddings_put_number_words_next_to_number_words(tmp_path):
     at least 80% of the German number words that are one piece then have another number
     word as nearest neighbour (cosine, among the German category words); random vectors,
     i.e. untrained embeddings, at most 40%."""
-    from jformer import checkpoint
+    from jformer.workdir import checkpoint
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, JFORMER_MALLOC="default",

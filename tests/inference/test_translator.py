@@ -18,12 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.search import beam as beam_search
-from jformer import files
 from jformer.inference import batch_decode
 from jformer.inference import buckets as bucketing
-from jformer import checkpoint
 from jformer.inference import translator as translate
+from jformer.search import beam as beam_search
+from jformer.workdir import files
+from jformer.workdir import checkpoint
 from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
                             from_config_dict, to_dict)
 from jformer.data import demo_corpus

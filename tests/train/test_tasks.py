@@ -12,9 +12,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from jformer import files
 from jformer import train as train_lib
-from jformer.checkpoint import Checkpointer, restore_params
 from jformer.cli import main as cli_main
 from jformer.config import ConfigError, from_config_dict
 from jformer.data import demo_documents as dd
@@ -27,6 +25,8 @@ from jformer.train.bert_tasks import PretrainTask
 from jformer.train.schedules import make_optimizer
 from jformer.train.sharding import DataParallel
 from jformer.train.step import TrainState
+from jformer.workdir import files
+from jformer.workdir.checkpoint import Checkpointer, restore_params
 from tests.model.test_bert import noised
 from tests.train.test_loop import assert_trees_equal
 from tests.train_helpers import tiny_bert_config, tiny_config
