@@ -68,9 +68,9 @@ def sentences(src: str | None, count: int) -> list[str]:
 
         lines = [line for line in files.read_lines(src) if line.strip()]
     else:
-        from jformer.data import demo_corpus
+        from jformer.data import demo
 
-        lines = [en for en, _ in demo_corpus.generate(12345, 0, 0, min(count, 2000))["test"]]
+        lines = [en for en, _ in demo.generate_pairs(12345, 0, 0, min(count, 2000))["test"]]
     if not lines:
         raise SystemExit(f"no sentences in {src}")
     return [lines[i % len(lines)] for i in range(count)]

@@ -52,7 +52,7 @@ class BertConfig:
 class PretrainConfig:
     """Masked LM + next-sentence examples (google-research/bert create_pretraining_data)."""
 
-    source: str = "demo"  # demo (jformer.data.demo_documents) | text
+    source: str = "demo"  # demo (jformer.data.demo.documents) | text
     train_files: tuple[str, ...] = ()  # one sentence per line, a blank line between documents
     eval_files: tuple[str, ...] = ()
     demo_seed: int = 0

@@ -13,7 +13,7 @@ example per line):
   answer's first and last context pieces (a question is cut to half the length, the
   context at its end; an example whose answer is cut off is dropped, and counted).
 
-Other sources: ``demo`` (generated from :mod:`jformer.data.demo_documents`) and, for
+Other sources: ``demo`` (generated from :mod:`jformer.data.demo.documents`) and, for
 ``classify``, ``bitext``: "is B a translation of A?" over a parallel corpus, every
 true pair next to a false one whose B is another sentence of nearly the same length
 (:func:`bitext_examples`).
