@@ -12,8 +12,8 @@ A name here never equals a subpackage's (``jformer.train`` is the training packa
 was imported before.
 
 Stages, lowest first (a module never imports a stage above it): foundations (types,
-config, workdir, mesh) -> kernels -> model, search, data -> inference -> train -> cli
-(tests/test_layout.py checks it). docs/architecture.md draws the data flow.
+config, workdir, mesh) -> model, search, data -> kernels -> inference -> train ->
+interop, serve -> cli (tests/test_layout.py checks it). docs/architecture.md draws the data flow.
 """
 from __future__ import annotations
 
