@@ -41,12 +41,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer import search as decode  # noqa: E402
-from jformer.search.beam import beam_search  # noqa: E402
 from jformer.config import ModelConfig  # noqa: E402
+from jformer.mesh import make_mesh  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
 from jformer.model.transformer import Transformer  # noqa: E402
-from jformer.files import write_json  # noqa: E402
-from jformer.mesh import make_mesh  # noqa: E402
+from jformer.search.beam import beam_search  # noqa: E402
+from jformer.workdir.files import write_json  # noqa: E402
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,  # noqa: E402
                                output_matrix, packed_weights)
 

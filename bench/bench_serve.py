@@ -64,13 +64,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def sentences(src: str | None, count: int) -> list[str]:
     if src:
-        from jformer import files
+        from jformer.workdir import files
 
         lines = [line for line in files.read_lines(src) if line.strip()]
     else:
-        from jformer.data import demo_corpus
+        from jformer.data import demo
 
-        lines = [en for en, _ in demo_corpus.generate(12345, 0, 0, min(count, 2000))["test"]]
+        lines = [en for en, _ in demo.generate_pairs(12345, 0, 0, min(count, 2000))["test"]]
     if not lines:
         raise SystemExit(f"no sentences in {src}")
     return [lines[i % len(lines)] for i in range(count)]

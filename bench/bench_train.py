@@ -61,7 +61,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer.cli.cpu_malloc import HUGEPAGE_ENV  # noqa: E402  (after the path insert)
-from jformer.files import write_json  # noqa: E402
+from jformer.workdir.files import write_json  # noqa: E402
 
 BATCH, SRC_LEN, TGT_LEN = 64, 32, 32
 # Same shapes as ../shared/bench/peer_torch.py.

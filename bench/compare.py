@@ -53,7 +53,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer.cli.cpu_malloc import HUGEPAGE_ENV  # noqa: E402  (after the path insert)
-from jformer.files import write_json  # noqa: E402
+from jformer.workdir.files import write_json  # noqa: E402
 
 PEER_BENCH = os.environ.get("PEER_BENCH_DIR", os.path.join(REPO, "..", "shared", "bench"))
 FLAX_COMMIT = "18f8f311c275d57f46d95e41b15aa97b454754c0"  # ../shared/bench/README.md

@@ -31,9 +31,9 @@ import warnings
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from jformer import files  # noqa: E402
-from jformer.data import demo_corpus  # noqa: E402
+from jformer.data import demo  # noqa: E402
 from jformer.inference import OverlongWarning, Translator, scoring  # noqa: E402
+from jformer.workdir import files  # noqa: E402
 
 METHODS = ("split", "packed", "extended", "truncate")
 
@@ -42,8 +42,8 @@ def long_pairs(config, count, groups: list[int], table_len: int
                ) -> list[tuple[list[str], str, int]]:
     """(source sentences, joined reference, source tokens) of every long input."""
     d = config.data
-    test = demo_corpus.generate(d.demo_seed, d.demo_num_train, d.demo_num_eval,
-                                d.demo_num_test)["test"]
+    test = demo.generate_pairs(d.demo_seed, d.demo_num_train, d.demo_num_eval,
+                               d.demo_num_test)["test"]
     out = []
     for k in groups:
         for start in range(0, len(test) - k + 1, k):

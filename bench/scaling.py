@@ -42,7 +42,7 @@ compare = importlib.util.module_from_spec(_spec)
 sys.modules["bench_compare"] = compare  # its dataclasses look their module up there
 _spec.loader.exec_module(compare)
 
-from jformer.files import write_json  # noqa: E402  (compare put the repo on the path)
+from jformer.workdir.files import write_json  # noqa: E402  (compare put the repo on the path)
 
 Job = compare.Job
 OVERRIDE = os.path.join(HERE, "peer_override.py")

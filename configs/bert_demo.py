@@ -2,7 +2,7 @@
 
     python train.py --config configs/bert_demo.py --workdir runs/bert_demo
 
-Stories of a few sentences about one person (jformer.data.demo_documents) whose
+Stories of a few sentences about one person (jformer.data.demo.documents) whose
 sentences refer back to each other, so next-sentence prediction is learnable; the
 fine-tuning demos (configs/bert_demo_tag.py, bert_demo_span.py,
 bert_demo_classify.py) start from this run's checkpoint.

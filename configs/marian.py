@@ -15,8 +15,8 @@ scratch rather than fine-tuning.
 """
 import ml_collections
 
-from jformer import files
 from jformer.config import to_dict
+from jformer.workdir import files
 
 
 def get_config(workdir: str = "") -> ml_collections.ConfigDict:

@@ -11,9 +11,9 @@ A name here never equals a subpackage's (``jformer.train`` is the training packa
 ``train`` function is ``jformer.train.train``), so what a name means never depends on what
 was imported before.
 
-Stages, lowest first (a module never imports a stage above it): foundations (config,
-files, checkpoint, mesh, types) -> kernels -> model, search, data -> inference -> train
--> cli. docs/architecture.md draws the data flow.
+Stages, lowest first (a module never imports a stage above it): foundations (types,
+config, workdir, mesh) -> model, search, data -> kernels -> inference -> train ->
+interop, serve -> cli (tests/test_layout.py checks it). docs/architecture.md draws the data flow.
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ _API = {
     "train_and_evaluate": "jformer.train",
     "greedy_search": "jformer.search", "beam_search": "jformer.search",
     "sample": "jformer.search",
-    "restore_params": "jformer.checkpoint", "average_checkpoints": "jformer.averaging",
-    "load_config": "jformer.files",
+    "restore_params": "jformer.workdir.checkpoint",
+    "average_checkpoints": "jformer.workdir.averaging", "load_config": "jformer.workdir.files",
 }
 __all__ = sorted(_API)
 

@@ -171,8 +171,8 @@ def test_boundary_values_are_accepted(section, field, value):
 
 def test_translation_config_json_keeps_its_sections_and_encoder_sections_round_trip(tmp_path):
     from configs import bert_demo, bert_multi30k_bitext
-    from jformer import files
     from jformer.config import to_dict
+    from jformer.workdir import files
 
     assert set(to_dict(from_config_dict(demo.get_config()))) == {"model", "data", "train",
                                                                   "decode"}
@@ -198,7 +198,7 @@ def test_decode_sections_of_older_runs_keep_their_overlong_policy():
     import json
     import os
 
-    from jformer import files
+    from jformer.workdir import files
 
     legacy = os.path.join(os.path.dirname(__file__), "fixtures", "legacy_workdir")
     with open(os.path.join(legacy, "config.json")) as f:
@@ -216,7 +216,7 @@ def test_the_marian_config_is_the_workdirs_own():
     """configs/marian.py:<workdir> (fine-tuning an imported model) gives the workdir's
     config.json, so train.py resumes there instead of refusing another model."""
     from configs import marian
-    from jformer import files
+    from jformer.workdir import files
 
     legacy = "tests/fixtures/legacy_workdir"
     assert from_config_dict(marian.get_config(legacy)) == files.load_config(legacy)

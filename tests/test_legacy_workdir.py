@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from jformer import checkpoint, files
 from jformer.inference import Translator
 from jformer.model import Transformer
+from jformer.workdir import checkpoint, files
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "legacy_workdir")
 

@@ -15,8 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from jformer import files
-    from jformer.averaging import average_checkpoints
+    from jformer.workdir import files
+    from jformer.workdir.averaging import average_checkpoints
 
     if not os.path.isdir(args.workdir):
         raise FileNotFoundError(f"workdir not found: {args.workdir}")

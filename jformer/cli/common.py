@@ -76,7 +76,7 @@ def decode_overrides(args: argparse.Namespace):
     --dtype applied (None if none was given: the run's own)."""
     import dataclasses
 
-    from jformer import files
+    from jformer.workdir import files
 
     changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates",
                                                       "memory_limit", "dtype")

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from sacrebleu.metrics import BLEU, CHRF
 
-    from jformer.files import read_lines
+    from jformer.workdir.files import read_lines
 
     sources, refs = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(refs):

@@ -91,7 +91,7 @@ def _fmt(n: float) -> str:
 
 def _load(args: argparse.Namespace):
     """(Config, name) from --workdir's config.json or a --config file."""
-    from jformer import files
+    from jformer.workdir import files
 
     if args.workdir is not None:
         return files.load_config(args.workdir), args.workdir

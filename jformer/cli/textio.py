@@ -19,7 +19,7 @@ import select
 import stat
 from typing import BinaryIO, Iterator, TextIO
 
-from jformer.files import BOM, decode_line
+from jformer.workdir.files import BOM, decode_line
 
 READ_SIZE = 1 << 16
 

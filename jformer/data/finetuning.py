@@ -13,7 +13,7 @@ example per line):
   answer's first and last context pieces (a question is cut to half the length, the
   context at its end; an example whose answer is cut off is dropped, and counted).
 
-Other sources: ``demo`` (generated from :mod:`jformer.data.demo_documents`) and, for
+Other sources: ``demo`` (generated from :mod:`jformer.data.demo.documents`) and, for
 ``classify``, ``bitext``: "is B a translation of A?" over a parallel corpus, every
 true pair next to a false one whose B is another sentence of nearly the same length
 (:func:`bitext_examples`).
@@ -30,10 +30,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from jformer import files
 from jformer.data.epochs import Batch
 from jformer.data.pretraining import Specials
 from jformer.data.tokenizer import Tokenizer
+from jformer.workdir import files
 
 KINDS = ("classify", "tag", "span")
 BITEXT_LABELS = ("not_translation", "translation")

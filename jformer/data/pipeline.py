@@ -27,7 +27,7 @@ from jformer.config import DataConfig
 from jformer.data import batching, sources
 from jformer.data.ragged import RaggedArray
 from jformer.data.tokenizer import Tokenizer, training_record
-from jformer.files import SPM_RECORD, tokenizer_files, tokenizer_path, write_atomically
+from jformer.workdir.files import SPM_RECORD, tokenizer_files, tokenizer_path, write_atomically
 
 _log = logging.getLogger(__name__)
 

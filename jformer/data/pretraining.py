@@ -40,10 +40,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from jformer import files
 from jformer.data.epochs import Batch
 from jformer.data.ragged import RaggedArray
 from jformer.data.tokenizer import Tokenizer
+from jformer.workdir import files
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_PIECES = (CLS, SEP, MASK)  # user-defined pieces of a pretraining vocabulary

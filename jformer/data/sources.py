@@ -4,7 +4,7 @@ Splits are named logically, ``train | eval | test``; each source maps them to it
 names (DataConfig.train_split / eval_split / test_split for files, tfds_*_split for
 TFDS). Sources:
 
-* ``demo``: the built-in generated English -> German corpus (jformer.data.demo_corpus).
+* ``demo``: the built-in generated English -> German corpus (jformer.data.demo.translation).
 * ``text``: one sentence per line, files named by DataConfig.text_pattern with {split}
   and {lang} placeholders (``.gz`` files are decompressed); ``text_format="tsv"``: one
   file per split ({split} placeholder only), ``source<TAB>target`` per line, the columns
@@ -30,9 +30,9 @@ import os
 import string
 
 from jformer.config import DataConfig
-from jformer import files
+from jformer.data import demo
 from jformer.data.corpus import Pair, ParallelCorpus, make_corpus  # noqa: F401  (Pair re-exported)
-from jformer.data import demo_corpus
+from jformer.workdir import files
 
 SPLITS = ("train", "eval", "test")
 
@@ -130,8 +130,8 @@ def load_demo(data_cfg: DataConfig, split: str) -> ParallelCorpus:
     if langs not in (("en", "de"), ("de", "en")):
         raise ValueError(f"the demo corpus is English-German; data.src_lang/tgt_lang must be "
                          f"en/de or de/en; got {langs}")
-    corpus = demo_corpus.generate(data_cfg.demo_seed, data_cfg.demo_num_train,
-                                  data_cfg.demo_num_eval, data_cfg.demo_num_test)[split]
+    corpus = demo.generate_pairs(data_cfg.demo_seed, data_cfg.demo_num_train,
+                                 data_cfg.demo_num_eval, data_cfg.demo_num_test)[split]
     pairs = list(corpus) if langs == ("en", "de") else [(d, e) for e, d in corpus]
     if not pairs:
         raise ValueError(f"empty corpus: demo split {split!r} has 0 pairs "

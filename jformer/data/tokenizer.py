@@ -28,10 +28,10 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from jformer import files
 from jformer.data import joint_vocab
 from jformer.data.joint_vocab import SIDES, JointVocab
-from jformer.files import write_atomically
+from jformer.workdir import files
+from jformer.workdir.files import write_atomically
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # used only when training a model
 WORD_START = "\u2581"  # sentencepiece's marker of a piece that begins a word

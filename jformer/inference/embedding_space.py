@@ -8,29 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jformer.data import demo_grammar
+from jformer.data import demo
 from jformer.data.tokenizer import Tokenizer
 
-_g = demo_grammar
-# Words of the demo language by language and category, for the embedding figure.
-CATEGORIES: dict[str, dict[str, tuple[str, ...]]] = {
-    "English": {
-        "number": tuple(w for w in (*_g.EN_ONES, *_g.EN_TEENS, *_g.EN_TENS, "hundred",
-                                    "thousand") if w),
-        "month": tuple(m[0] for m in _g.MONTHS),
-        "weekday": tuple(d[0] for d in _g.WEEKDAYS),
-        "colour": tuple(c[0] for c in _g.ADJ_COLOUR),
-        "noun": tuple(n.en_sg for n in _g.NOUNS),
-    },
-    "German": {
-        "number": tuple(w for w in (*_g.DE_ONES, *_g.DE_TEENS, *_g.DE_TENS, "hundert",
-                                    "tausend") if w),
-        "month": tuple(m[1] for m in _g.MONTHS),
-        "weekday": tuple(d[1] for d in _g.WEEKDAYS),
-        "colour": tuple(c[1] for c in _g.ADJ_COLOUR),
-        "noun": tuple(n.de_sg for n in _g.NOUNS),
-    },
-}
+CATEGORIES = demo.WORD_CATEGORIES  # words of the demo language by language and category
 MIN_WORDS = 4  # fewer one-piece words in a language: use every word, as a mean of pieces
 
 

@@ -28,7 +28,7 @@ from jformer.data import finetuning
 from jformer.data.finetuning import Example
 from jformer.data.pretraining import Specials
 from jformer.data.tokenizer import Tokenizer
-from jformer.inference.workdir import load_workdir
+from jformer.inference.restore import load_workdir
 from jformer.model.bert import Bert
 from jformer.types import PyTree
 

@@ -20,14 +20,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jformer.data import demo_corpus
+from jformer.data import demo
 from jformer.data.packing import first_fit, packed_batch
 from jformer.data.ragged import RaggedArray
 from jformer.data.tokenizer import Tokenizer
-from jformer.files import write_atomically
 from jformer.inference.embedding_space import embedding_panels
 from jformer.model import masks
 from jformer.model.embeddings import sinusoid_table
+from jformer.workdir.files import write_atomically
 
 DPI = 100
 DEFAULT_SENTENCE = "I see twenty-one red apples."
@@ -324,7 +324,7 @@ def _model_figures(translator, sentence: str, out) -> tuple[list[str], list[str]
     from jformer.inference.attention_maps import attention_weights
 
     tok = translator.tokenizer
-    pairs = demo_corpus.generate(0, 0, 100, 0)["eval"]
+    pairs = demo.generate_pairs(0, 0, 100, 0)["eval"]
     paths = [plot_masks(packed_example(tok, pairs, start_id=translator.model_cfg.start_id),
                         out("masks.png"))]
     panels = embedding_panels(tok, _token_embedding(translator))

@@ -29,10 +29,10 @@ from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_bat
                                             encode_and_init, make_step_fn, output_matrix,
                                             packed_weights)
 from jformer.inference import memory, segment
+from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
 from jformer.inference.keys import key_source, source_keys
 from jformer.inference.precision import for_decoding
-from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
-from jformer.inference.workdir import load_workdir
+from jformer.inference.restore import load_workdir
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
                                        join_hypotheses)
 from jformer.mesh import make_mesh

@@ -58,13 +58,13 @@ from ctranslate2.converters.converter import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 from ctranslate2.specs.model_spec import visit_spec
 
-from jformer import checkpoint, files
 from jformer.config import ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
 from jformer.interop import CT2_QUANTIZATIONS
 from jformer.model.embeddings import sinusoid_table
 from jformer.types import PyTree
+from jformer.workdir import checkpoint, files
 
 # Added to the PAD and BOS logits: exp() of it is 0 in every float type, and it is
 # finite in float16 (-1e9, jformer's own mask value, would overflow to -inf there).

@@ -52,7 +52,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export
 
-from jformer import checkpoint, files
 from jformer.config import EOS_CANDIDATES, DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
@@ -60,6 +59,7 @@ from jformer.inference.batch_decode import SearchSpec, decode_program, output_ma
 from jformer.inference.buckets import output_len, source_buckets
 from jformer.inference.precision import decoding_config
 from jformer.types import Array, PyTree
+from jformer.workdir import checkpoint, files
 
 FORMAT, FORMAT_VERSION = "jformer-jax-export", 1
 MANIFEST, PARAMS, TOKENIZER = "manifest.json", "params.npz", "spm.model"

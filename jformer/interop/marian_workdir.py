@@ -20,14 +20,14 @@ import os
 import shutil
 import tempfile
 
-from jformer import files
-from jformer.checkpoint import Checkpointer
 from jformer.config import Config, DataConfig, DecodeConfig, TrainConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
 from jformer.interop.marian import convert_params, model_config, read_hf_config, read_weights
 from jformer.train.schedules import make_optimizer
 from jformer.train.step import train_state_of
+from jformer.workdir import files
+from jformer.workdir.checkpoint import Checkpointer
 
 TOKENIZER_CONFIG = "tokenizer_config.json"  # Hugging Face's; source_lang, target_lang
 START_POSITION = {"epoch": 0, "index": 0}  # no batch drawn yet: the start of any corpus

@@ -13,9 +13,9 @@ import os
 import time
 from typing import Any
 
-from jformer import files
 from jformer.inference import Translator, padded_rows
 from jformer.serve.batcher import SearchSettings
+from jformer.workdir import files
 
 logger = logging.getLogger("jformer.serve")
 

@@ -27,11 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jformer import config as config_lib
-from jformer import files
-from jformer.config_fields import check, check_seed
-from jformer.data import demo_documents
+from jformer.config.fields import check, check_seed
+from jformer.data import demo
 from jformer.data.epochs import EpochIterator, EpochOptions
 from jformer.data.pipeline import load_or_train_tokenizer
+from jformer.workdir import files
 from jformer.data.pretraining import (SPECIAL_PIECES, Documents, PretrainingSource,
                                       PretrainOptions, Specials, read_documents)
 from jformer.data.tokenizer import Tokenizer
@@ -140,7 +140,7 @@ class PretrainTask(Task):
     def documents(self, cfg: config_lib.Config) -> tuple[list, list]:
         p = cfg.pretrain
         if p.source == "demo":
-            docs = demo_documents.generate(p.demo_seed, p.demo_num_train, p.demo_num_eval, 0)
+            docs = demo.generate_documents(p.demo_seed, p.demo_num_train, p.demo_num_eval, 0)
             return [d.lines() for d in docs["train"]], [d.lines() for d in docs["eval"]]
         return read_documents(p.train_files), read_documents(p.eval_files)
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from jformer import config as config_lib
 from jformer.data.batching import bucket_boundaries
 from jformer.data.pipeline import DataSplit
-from jformer.files import CONFIG_FILENAME, load_config
+from jformer.workdir.files import CONFIG_FILENAME, load_config
 
 
 def check_lengths_fit_model(cfg: config_lib.Config) -> None:

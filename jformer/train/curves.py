@@ -10,7 +10,7 @@ import json
 import os
 from typing import Sequence
 
-from jformer.files import METRICS_FILENAME
+from jformer.workdir.files import METRICS_FILENAME
 
 PANELS = (("train", "loss", "training loss (label-smoothed)"),
           ("eval", "loss", "validation loss (label-smoothed)"),

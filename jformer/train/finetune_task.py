@@ -25,9 +25,8 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
-from jformer import files
-from jformer.config_fields import check, check_seed
-from jformer.data import demo_documents as dd
+from jformer.config.fields import check, check_seed
+from jformer.data import demo
 from jformer.data import finetuning as ft
 from jformer.data import sources
 from jformer.data.epochs import EpochIterator
@@ -42,6 +41,7 @@ from jformer.train.config_checks import validate_config
 from jformer.train.evaluation import eval_sums, host_params
 from jformer.train.step import make_evaluation_step, make_step
 from jformer.train.tasks import Built, Task
+from jformer.workdir import files
 
 _log = logging.getLogger(__name__)
 _SPLIT_OFFSET = {"train": 0, "eval": 1, "test": 2}  # seeds of the splits' demo draws
@@ -87,14 +87,14 @@ class FinetuneTask(Task):
         if f.source == "bitext":
             pairs = sources.load_split(cfg.data, split)
             return ft.bitext_examples(pairs, f.bitext_seed + _SPLIT_OFFSET[split])
-        docs = dd.generate(f.demo_seed, f.demo_num_train, f.demo_num_eval,
-                           f.demo_num_test)[split]
+        docs = demo.generate_documents(f.demo_seed, f.demo_num_train, f.demo_num_eval,
+                                       f.demo_num_test)[split]
         seed = f.demo_seed + _SPLIT_OFFSET[split]
         if kind == "classify":
-            return [Example(t, label=label) for t, label in dd.acceptability_examples(docs, seed)]
+            return [Example(t, label=label) for t, label in demo.acceptability_examples(docs, seed)]
         if kind == "tag":
-            return [Example(" ".join(w), tags=t) for w, t in dd.tagging_examples(docs)]
-        return [Example(q, c, answer=(a, b)) for q, c, a, b in dd.span_examples(docs, seed)]
+            return [Example(" ".join(w), tags=t) for w, t in demo.tagging_examples(docs)]
+        return [Example(q, c, answer=(a, b)) for q, c, a, b in demo.span_examples(docs, seed)]
 
     def labels(self, cfg, train: list[Example]) -> tuple[str, ...]:
         if self.kind == "span":
@@ -107,7 +107,7 @@ class FinetuneTask(Task):
                                  f"finetune.labels={cfg.finetune.labels} does not list")
             return tuple(cfg.finetune.labels)
         if cfg.finetune.source == "demo":
-            return dd.ACCEPTABILITY_LABELS if self.kind == "classify" else dd.TAGS
+            return demo.ACCEPTABILITY_LABELS if self.kind == "classify" else demo.TAGS
         return ft.BITEXT_LABELS if cfg.finetune.source == "bitext" else used
 
     def tokenizer(self, cfg, workdir: str, train: list[Example]) -> Tokenizer:

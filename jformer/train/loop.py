@@ -19,10 +19,10 @@ from typing import Any, Mapping
 import jax
 
 from jformer import config as config_lib
-from jformer import files
-from jformer.checkpoint import Checkpointer
 from jformer.train import bert_tasks, finetune_task
 from jformer.train.progress import Progress
+from jformer.workdir import files
+from jformer.workdir.checkpoint import Checkpointer
 from jformer.train.run_control import (Budget, StopRequest, TrainingInterrupted, check_finite,
                                        workdir_lock)
 from jformer.train.schedules import make_optimizer

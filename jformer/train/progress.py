@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import jax
 
-from jformer.files import METRICS_FILENAME, TENSORBOARD_DIRNAME
+from jformer.workdir.files import METRICS_FILENAME, TENSORBOARD_DIRNAME
 
 _log = logging.getLogger("jformer.train")
 

@@ -25,8 +25,8 @@ import jax
 import numpy as np
 
 from jformer import config as config_lib
-from jformer.checkpoint import Checkpointer
-from jformer.files import LOCK_FILENAME
+from jformer.workdir.checkpoint import Checkpointer
+from jformer.workdir.files import LOCK_FILENAME
 
 
 class NonFiniteLossError(FloatingPointError):

@@ -25,10 +25,10 @@ import os
 import jax
 import numpy as np
 
-from jformer import checkpoint, files
 from jformer.config import Config, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.types import PyTree
+from jformer.workdir import checkpoint, files
 
 _log = logging.getLogger(__name__)
 ENCODER_KINDS = ("pretrain", "classify", "tag", "span")

@@ -1,7 +1,7 @@
 """Tests for the command line (jformer/cli.py), run in-process through main(argv).
 
 A tiny run folder is built once: config.json, spm.model and two checkpoints written
-with jformer.checkpoint (the newest holds the test model's parameters).
+with jformer.workdir.checkpoint (the newest holds the test model's parameters).
 """
 import dataclasses
 import io
@@ -15,12 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer import checkpoint, files
-from jformer.inference.attention_maps import positional_matrix
 from jformer.cli import main
+from jformer.inference import OverlongWarning, Translator
+from jformer.inference.attention_maps import positional_matrix
 from jformer.model.embeddings import sinusoid_table
 from jformer.model.transformer import Transformer
-from jformer.inference import OverlongWarning, Translator
+from jformer.workdir import checkpoint, files
 
 from tests.inference.test_translator import build_setup, write_workdir
 

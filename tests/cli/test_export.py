@@ -16,9 +16,9 @@ ctranslate2 = pytest.importorskip(
                           "pip install 'jformer[export]'")
 
 import jformer.interop  # noqa: E402
-from jformer import files  # noqa: E402
 from jformer.cli import main  # noqa: E402
 from jformer.data.tokenizer import Tokenizer  # noqa: E402
+from jformer.workdir import files  # noqa: E402
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
 EXPECTED_FILES = ["config.json", "model.bin", "shared_vocabulary.json", "spm.model"]

@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from jformer import checkpoint, files
 from jformer.cli import main
 from jformer.interop import jax_export
+from jformer.workdir import checkpoint, files
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
 

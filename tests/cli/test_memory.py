@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from jformer import files
 from jformer.cli import main
 from jformer.inference import memory
+from jformer.workdir import files
 
 from tests.cli.test_cli import run_cli, workdir  # noqa: F401 (the module's fixture)
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from jformer.cli.textio import line_batches
-from jformer.files import read_lines
+from jformer.workdir.files import read_lines
 
 
 def test_lines_split_at_newline_only_with_bom_and_crlf_removed(tmp_path):

@@ -48,9 +48,9 @@ def test_the_word_boundary_is_a_symbol(toy):
 
 def test_no_piece_spans_a_word_boundary(tmp_path):
     """On demo sentences: '▁' only ever starts a piece, so no merge joined two words."""
-    from jformer.data.demo_corpus import generate
+    from jformer.data.demo import generate_pairs
 
-    pairs = generate(0, 600, 0, 0)["train"]
+    pairs = generate_pairs(0, 600, 0, 0)["train"]
     tok = Tokenizer.train([s for p in pairs for s in p], tmp_path / "demo", 500)
     pieces = [tok.id_to_piece(i) for i in range(tok.vocab_size)]
     assert sum(p.startswith("▁") and len(p) > 1 for p in pieces) > 50

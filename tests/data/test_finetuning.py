@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from jformer.data import demo_documents as dd
+from jformer.data import demo
 from jformer.data import finetuning as ft
 from jformer.data import pretraining as pt
 from jformer.data.tokenizer import Tokenizer
@@ -10,7 +10,7 @@ from jformer.data.tokenizer import Tokenizer
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    docs = dd.generate(0, 150, 0, 0)["train"]
+    docs = demo.generate_documents(0, 150, 0, 0)["train"]
     path = tmp_path_factory.mktemp("vocab") / "spm"
     return Tokenizer.train([s for d in docs for s in d.lines()], path, 400,
                            user_defined_symbols=pt.SPECIAL_PIECES)
@@ -82,8 +82,8 @@ def test_classification_rows_pack_pairs_and_cut_the_longer_segment(tok):
 
 def test_tags_sit_on_the_first_piece_of_each_word(tok):
     sp = pt.Specials.from_tokenizer(tok)
-    words, tags = dd.tagging_examples(dd.generate(0, 0, 10, 0)["eval"])[3]
-    labels = dd.TAGS
+    words, tags = demo.tagging_examples(demo.generate_documents(0, 0, 10, 0)["eval"])[3]
+    labels = demo.TAGS
     arrays, meta = ft.encode("tag", tok, sp, [ft.Example(" ".join(words), tags=tags)],
                              labels, 48)
     w = arrays["tag_weights"][0] > 0
@@ -105,7 +105,8 @@ def test_tags_sit_on_the_first_piece_of_each_word(tok):
 def test_span_positions_cover_the_answer_and_cut_answers_are_dropped(tok):
     sp = pt.Specials.from_tokenizer(tok)
     examples = [ft.Example(q, c, answer=(a, b))
-                for q, c, a, b in dd.span_examples(dd.generate(0, 0, 10, 0)["eval"], 0)]
+                for q, c, a, b in demo.span_examples(
+                    demo.generate_documents(0, 0, 10, 0)["eval"], 0)]
     arrays, meta = ft.encode("span", tok, sp, examples, (), 192)
     assert meta["dropped"] == 0
     for r, e in enumerate(examples):

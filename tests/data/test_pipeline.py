@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from jformer.config import DataConfig
-from jformer import files
 from jformer.data import pipeline
+from jformer.workdir import files
 
 CFG = DataConfig(source="demo", demo_num_train=600, demo_num_eval=37, demo_num_test=23,
                  vocab_size=400, max_source_len=64, max_target_len=64, max_tokens=1024)
@@ -82,9 +82,9 @@ def test_the_tokenizer_is_reused_only_for_the_corpus_and_settings_it_learned(
 
 
 def test_encoding_in_chunks_equals_one_call(train):
-    from jformer.data import demo_corpus
+    from jformer.data import demo
 
-    pairs = demo_corpus.generate(1, 57, 0, 0)["train"]
+    pairs = demo.generate_pairs(1, 57, 0, 0)["train"]
     whole = pipeline.encode_pairs(train.tokenizer, pairs, chunk=len(pairs))
     for chunk in (1, 10, 56):
         for a, b in zip(pipeline.encode_pairs(train.tokenizer, pairs, chunk=chunk), whole):

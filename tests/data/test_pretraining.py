@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from jformer.data import demo_documents as dd
+from jformer.data import demo
 from jformer.data import pretraining as pt
 from jformer.data.epochs import EpochIterator, EpochOptions
 from jformer.data.ragged import RaggedArray
@@ -246,7 +246,7 @@ def test_read_documents_and_the_one_document_case(tmp_path):
 
 
 def test_special_pieces_come_from_the_vocabulary(tmp_path):
-    docs = dd.generate(0, 60, 0, 0)["train"]
+    docs = demo.generate_documents(0, 60, 0, 0)["train"]
     sentences = [s for d in docs for s in d.lines()]
     tok = Tokenizer.train(sentences, tmp_path / "spm", 400,
                           user_defined_symbols=pt.SPECIAL_PIECES)

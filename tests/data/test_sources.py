@@ -7,8 +7,8 @@ import re
 import pytest
 
 from jformer.config import DataConfig
-from jformer import files
 from jformer.data import sources
+from jformer.workdir import files
 
 
 def _write(path, lines, newline="\n"):

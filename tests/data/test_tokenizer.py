@@ -2,14 +2,14 @@
 import numpy as np
 import pytest
 
-from jformer.data import demo_corpus
+from jformer.data import demo
 from jformer.data.tokenizer import Tokenizer
 
 VOCAB = 400
 
 
 def _sentences(n: int = 300) -> list[str]:
-    pairs = demo_corpus.generate(0, n, 0, 0)["train"]
+    pairs = demo.generate_pairs(0, n, 0, 0)["train"]
     return [s for s, _ in pairs] + [t for _, t in pairs]
 
 

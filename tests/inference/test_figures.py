@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from jformer.data.demo_corpus import generate
+from jformer.data.demo import generate_pairs
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import embedding_space, figures
 
@@ -31,7 +31,7 @@ def test_pe_dot_product_curves_coincide_and_are_even_only_with_cosines():
 
 
 def test_packed_example_is_a_real_packed_row_with_its_masks(tokenizer):
-    pairs = generate(0, 0, 60, 0)["eval"]
+    pairs = generate_pairs(0, 0, 60, 0)["eval"]
     ex = figures.packed_example(tokenizer, pairs, num_pairs=3, pad=3)
     batch, masks = ex["batch"], ex["masks"]
     seg_src, seg_tgt = batch["inputs_segmentation"][0], batch["targets_segmentation"][0]
@@ -107,7 +107,7 @@ def test_trained_embeddings_put_number_words_next_to_number_words(tmp_path):
     at least 80% of the German number words that are one piece then have another number
     word as nearest neighbour (cosine, among the German category words); random vectors,
     i.e. untrained embeddings, at most 40%."""
-    from jformer import checkpoint
+    from jformer.workdir import checkpoint
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, JFORMER_MALLOC="default",

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from jformer.data import demo_corpus
+from jformer.data import demo
 from jformer.inference import OverlongError, Translator, memory, split_to_fit
 from jformer.inference import translator as translate
 from jformer.inference import batch_decode
@@ -39,7 +39,7 @@ def translator(setup):
 def paragraph() -> tuple[str, list[str]]:
     """A paragraph of demo sentences, 2,000 words, and its sentences."""
     sentences, words = [], 0
-    for en, _ in demo_corpus.generate(1, 3000, 0, 0)["train"]:
+    for en, _ in demo.generate_pairs(1, 3000, 0, 0)["train"]:
         sentences.append(en)
         words += len(en.split())
         if words >= 2000:
@@ -178,7 +178,7 @@ def test_a_missing_splitter_is_a_clear_error_naming_the_sentence(translator, mon
 def test_a_memory_limit_shrinks_batches_to_fit_and_changes_no_result(setup, monkeypatch,
                                                                      method, beam):
     cfg, params, tok = setup
-    sentences = [en for en, _ in demo_corpus.generate(2, 2000, 0, 0)["train"]
+    sentences = [en for en, _ in demo.generate_pairs(2, 2000, 0, 0)["train"]
                  if len(tok.encode([en])[0]) <= 16][:12]  # all in the 16-token bucket
     kwargs = dict(method=method, beam_size=beam, max_len=8)
     free = Translator(cfg, params, tok, SPLIT)

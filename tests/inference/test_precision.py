@@ -97,8 +97,8 @@ def test_bad_dtype_names_the_field():
 
 
 def test_cli_dtype_overrides_the_run(tmp_path, setup16):
-    from jformer import files
     from jformer.config import Config, DataConfig, TrainConfig, to_dict
+    from jformer.workdir import files
     import json
 
     cfg = setup16[0]

@@ -18,21 +18,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.search import beam as beam_search
-from jformer import files
 from jformer.inference import batch_decode
 from jformer.inference import buckets as bucketing
-from jformer import checkpoint
 from jformer.inference import translator as translate
+from jformer.search import beam as beam_search
 from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
                             from_config_dict, to_dict)
-from jformer.data import demo_corpus
-from jformer.model.masks import NEG_INF
-from jformer.model.transformer import Transformer
+from jformer.data import demo
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.translator import Hypothesis, Translator
+from jformer.model.masks import NEG_INF
+from jformer.model.transformer import Transformer
+from jformer.workdir import checkpoint, files
 
-CORPUS = demo_corpus.generate(0, 300, 0, 0)["train"]
+CORPUS = demo.generate_pairs(0, 300, 0, 0)["train"]
 DECODE = DecodeConfig(beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=4, batch_size=4,
                       length_buckets=(16, 32), overlong="truncate")
 CHUNK = 8  # the Translator's default, so the CLI tests share its programs

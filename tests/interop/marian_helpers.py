@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from jformer.data import demo_corpus
+from jformer.data import demo
 
 torch = pytest.importorskip("torch", reason="the Marian tests need torch: pip install "
                             "'jformer[marian]'")
@@ -34,7 +34,7 @@ torch.set_num_threads(1)
 
 
 def demo_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
-    return demo_corpus.generate(seed, n, 0, 0)["train"]
+    return demo.generate_pairs(seed, n, 0, 0)["train"]
 
 
 def _train_spm(sentences: list[str]) -> bytes:

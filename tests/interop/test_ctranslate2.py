@@ -21,21 +21,21 @@ ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="the CTranslate2 export needs the export extra: "
                           "pip install 'jformer[export]'")
 
-from jformer import files  # noqa: E402
 from jformer.config import DecodeConfig, ModelConfig  # noqa: E402
-from jformer.data import demo_corpus  # noqa: E402
+from jformer.data import demo  # noqa: E402
 from jformer.data.sources import load_split  # noqa: E402
 from jformer.data.tokenizer import Tokenizer  # noqa: E402
 from jformer.inference import Translator  # noqa: E402
 from jformer.interop import ctranslate2 as ct2_export  # noqa: E402
+from jformer.interop.ctranslate2_search import gnmt_rerank, search_options  # noqa: E402
 from jformer.model import Transformer  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
-from jformer.interop.ctranslate2_search import gnmt_rerank, search_options  # noqa: E402
+from jformer.workdir import files  # noqa: E402
 from tests.interop.ct2_helpers import (VARIANTS, assert_same_search, ct2_pieces,  # noqa: E402
                                        piece_ids, variant_config)
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
-CORPUS = demo_corpus.generate(0, 300, 0, 12)
+CORPUS = demo.generate_pairs(0, 300, 0, 12)
 SOURCES = [en for en, _ in CORPUS["test"]]
 TARGETS = [de for _, de in CORPUS["test"]]
 

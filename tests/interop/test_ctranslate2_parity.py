@@ -24,12 +24,12 @@ ctranslate2 = pytest.importorskip(
                           "pip install 'jformer[export]'")
 
 from configs import demo  # noqa: E402
-from jformer import files  # noqa: E402
 from jformer import train as train_lib  # noqa: E402
 from jformer.cli import main  # noqa: E402
 from jformer.data.sources import load_split  # noqa: E402
 from jformer.inference import Translator, scoring  # noqa: E402
 from jformer.interop.ctranslate2_search import search_options  # noqa: E402
+from jformer.workdir import files  # noqa: E402
 from tests.interop.ct2_helpers import VARIANTS, assert_same_search, ct2_pieces  # noqa: E402
 
 pytestmark = pytest.mark.slow

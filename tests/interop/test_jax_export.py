@@ -16,10 +16,10 @@ import jax
 import numpy as np
 import pytest
 
-from jformer import checkpoint, files
 from jformer.data.sources import load_split
 from jformer.inference import Translator
 from jformer.interop import jax_export
+from jformer.workdir import checkpoint, files
 from tests.test_accelerator_lowering import PORTABLE_CUSTOM_CALLS, cpu_kernels, custom_calls
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")

@@ -40,11 +40,11 @@ import pytest
 from tests.interop.marian_helpers import (build_marian_dir, demo_pairs, load_hf,  # noqa: E402
                                           padded, torch)
 
-from jformer import checkpoint, files  # noqa: E402
-from jformer.inference.workdir import load_workdir  # noqa: E402
 from jformer.cli import main  # noqa: E402
 from jformer.data.tokenizer import Tokenizer  # noqa: E402
 from jformer.inference import Translator  # noqa: E402
+from jformer.inference.restore import load_workdir  # noqa: E402
+from jformer.workdir import checkpoint, files  # noqa: E402
 from jformer.interop.marian import (MarianImportError, convert_params,  # noqa: E402
                                     model_config, read_hf_config, read_weights)
 from jformer.interop.marian_workdir import import_marian  # noqa: E402

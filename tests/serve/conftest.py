@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from jformer import files
+from jformer.workdir import files
 
 WORKDIR = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
 # All in the smallest length bucket (16 tokens); LONG is in the next one (32).

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from configs import base, big, demo, multi30k, small
-from jformer import files
 from jformer import train as train_lib
-from jformer.train import config_checks, loop, run_control
-from jformer.checkpoint import Checkpointer, restore_params
-from jformer.files import checkpoint_dir
 from jformer.config import ConfigError
+from jformer.train import config_checks, loop, run_control
+from jformer.workdir import files
+from jformer.workdir.checkpoint import Checkpointer, restore_params
+from jformer.workdir.files import checkpoint_dir
 from tests.train_helpers import tiny_config
 
 

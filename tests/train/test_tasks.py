@@ -12,12 +12,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from jformer import files
 from jformer import train as train_lib
-from jformer.checkpoint import Checkpointer, restore_params
 from jformer.cli import main as cli_main
 from jformer.config import ConfigError, from_config_dict
-from jformer.data import demo_documents as dd
+from jformer.data import demo
 from jformer.data import pretraining as pt
 from jformer.data.epochs import EpochIterator, EpochOptions
 from jformer.data.tokenizer import Tokenizer
@@ -27,6 +25,8 @@ from jformer.train.bert_tasks import PretrainTask
 from jformer.train.schedules import make_optimizer
 from jformer.train.sharding import DataParallel
 from jformer.train.step import TrainState
+from jformer.workdir import files
+from jformer.workdir.checkpoint import Checkpointer, restore_params
 from tests.model.test_bert import noised
 from tests.train.test_loop import assert_trees_equal
 from tests.train_helpers import tiny_bert_config, tiny_config
@@ -40,7 +40,7 @@ def metrics_rows(workdir):
 @pytest.fixture(scope="module")
 def vocab(tmp_path_factory):
     """A 400-piece vocabulary with BERT's special pieces, from demo documents."""
-    docs = dd.generate(0, 150, 0, 0)["train"]
+    docs = demo.generate_documents(0, 150, 0, 0)["train"]
     path = tmp_path_factory.mktemp("vocab") / "spm"
     Tokenizer.train([s for d in docs for s in d.lines()], path, 400,
                     user_defined_symbols=pt.SPECIAL_PIECES)
@@ -166,10 +166,10 @@ def test_fine_tuning_starts_from_the_pretrained_encoder_and_predicts(tmp_path, v
     assert 0 <= final[main] <= 1 and 0 <= final["test_" + main] <= 1
     cfg = files.load_config(work)
     if kind == "classify":
-        assert cfg.finetune.labels == dd.ACCEPTABILITY_LABELS and cfg.bert.num_labels == 2
+        assert cfg.finetune.labels == demo.ACCEPTABILITY_LABELS and cfg.bert.num_labels == 2
         lines = ["Anna has three dogs.", "Anna have three dogs.\tmore text"]
     elif kind == "tag":
-        assert cfg.finetune.labels == dd.TAGS and cfg.bert.num_labels == len(dd.TAGS)
+        assert cfg.finetune.labels == demo.TAGS and cfg.bert.num_labels == len(demo.TAGS)
         lines = ["Anna lives in Vienna.", "Tom gets up at half past six."]
     else:
         lines = ["Where does Anna live?\tAnna lives in Vienna. She has two cats.",
@@ -187,12 +187,12 @@ def test_fine_tuning_starts_from_the_pretrained_encoder_and_predicts(tmp_path, v
     if kind == "classify":
         for line in out:
             label, p = line.split("\t")
-            assert label in dd.ACCEPTABILITY_LABELS and 0.5 <= float(p) <= 1
+            assert label in demo.ACCEPTABILITY_LABELS and 0.5 <= float(p) <= 1
     elif kind == "tag":
         for line, text in zip(out, lines):
             words = [w.rsplit("/", 1) for w in line.split()]
             assert [w for w, _ in words] == text.split()
-            assert all(t in dd.TAGS for _, t in words)
+            assert all(t in demo.TAGS for _, t in words)
     else:
         for line, text in zip(out, lines):
             answer, score = line.split("\t")
@@ -214,7 +214,7 @@ def test_warm_starts_refuse_another_architecture_or_vocabulary(tmp_path, vocab):
     with pytest.raises(ValueError, match=r"cannot start this model: model.d_ff: 64 there, 96"):
         train_lib.build_job(c, str(tmp_path / "a"))
     other = tmp_path / "other"
-    docs = dd.generate(1, 150, 0, 0)["train"]
+    docs = demo.generate_documents(1, 150, 0, 0)["train"]
     Tokenizer.train([s.lower() for d in docs for s in d.lines()], other, 400,
                     user_defined_symbols=pt.SPECIAL_PIECES)
     c = tiny_bert_config("tag", num_steps=2)

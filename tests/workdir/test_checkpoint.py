@@ -1,4 +1,5 @@
-"""Tests for jformer/checkpoint.py: round trips, retention, crash safety, any-device restores."""
+"""Tests for jformer/workdir/checkpoint.py and averaging.py: round trips, retention, crash
+safety, any-device restores."""
 import os
 import re
 import shutil
@@ -15,12 +16,12 @@ import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jformer import averaging, checkpoint
-from jformer.checkpoint import Checkpointer
 from jformer.config import TrainConfig
 from jformer.train.schedules import make_optimizer
+from jformer.workdir import averaging, checkpoint
+from jformer.workdir.checkpoint import Checkpointer
 
-from tests._checkpoint_worker import flat_params, train_state  # noqa: E402
+from tests.workdir._checkpoint_worker import flat_params, train_state  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_checkpoint_worker.py")
 

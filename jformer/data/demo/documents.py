@@ -20,7 +20,7 @@ The generator knows what every word is, which gives three labelled tasks:
   its verb in the other number ("Anna have three small dogs.").
 
 Numbers, clock times and prices are written as in the translation demo
-(:mod:`jformer.data.demo_corpus`, :mod:`jformer.data.demo_grammar`). Splits are a fixed
+(:mod:`jformer.data.demo.translation`, :mod:`jformer.data.demo.grammar`). Splits are a fixed
 function of a document's text (a CRC32 hash), so train, eval and test never share a
 document and keep theirs when the sizes of the others change.
 """
@@ -32,8 +32,8 @@ import random
 import zlib
 from typing import Callable
 
-from jformer.data import demo_corpus as dc
-from jformer.data import demo_grammar as g
+from jformer.data.demo import grammar as g
+from jformer.data.demo import translation as dc
 
 SPLITS = ("train", "eval", "test")
 _HASH_BUCKETS = 40  # bucket 0 -> eval, 1 -> test, the rest -> train

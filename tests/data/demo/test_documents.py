@@ -1,10 +1,10 @@
-"""Tests for the generated documents of encoder pretraining (jformer.data.demo_documents)."""
+"""Tests for the generated documents of encoder pretraining (jformer.data.demo.documents)."""
 import re
 
 import pytest
 
-from jformer.data import demo_documents as dd
-from jformer.data import demo_grammar as g
+from jformer.data.demo import documents as dd
+from jformer.data.demo import grammar as g
 
 SIZES = (600, 60, 60)
 NUMBERS = {g.en_cardinal(n) for n in range(2, 1000)}

@@ -1,4 +1,4 @@
-"""The built-in demo corpus: generated English -> German sentences, no download.
+"""The built-in translation demo: generated English -> German sentence pairs, no download.
 
 The task has real structure while staying learnable by a small Transformer in minutes:
 number words compound and swap units and tens (``three hundred and forty-five`` ->
@@ -22,7 +22,7 @@ import random
 import zlib
 from typing import Callable
 
-from jformer.data import demo_grammar as g
+from jformer.data.demo import grammar as g
 
 SPLITS = ("train", "eval", "test")
 _HASH_BUCKETS = 40  # bucket 0 -> eval, 1 -> test, the rest -> train (2.5% / 2.5% / 95%)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jformer.config_fields import (check, check_choice, check_number, check_positive,
+from jformer.config.fields import (check, check_choice, check_number, check_positive,
                                    check_rate, is_int, is_number)
 
 TASK_KINDS = ("translation", "pretrain", "classify", "tag", "span")
@@ -26,7 +26,7 @@ class TaskConfig:
     def __post_init__(self) -> None:
         check_choice("task", "kind", self.kind, TASK_KINDS)
         check(is_int(self.init_step) and self.init_step >= 0, "task.init_step",
-               "an int >= 0 (0: the latest checkpoint)", self.init_step)
+              "an int >= 0 (0: the latest checkpoint)", self.init_step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +42,8 @@ class BertConfig:
 
     def __post_init__(self) -> None:
         check(is_int(self.type_vocab_size) and self.type_vocab_size >= 0,
-               "bert.type_vocab_size", "an int >= 0 (0: no segment embeddings)",
-               self.type_vocab_size)
+              "bert.type_vocab_size", "an int >= 0 (0: no segment embeddings)",
+              self.type_vocab_size)
         check_number("bert", "init_std", self.init_std, 0, note=" (0: jformer's initialisers)")
         check_positive("bert", "num_labels", self.num_labels)
 
@@ -52,7 +52,7 @@ class BertConfig:
 class PretrainConfig:
     """Masked LM + next-sentence examples (google-research/bert create_pretraining_data)."""
 
-    source: str = "demo"  # demo (jformer.data.demo_documents) | text
+    source: str = "demo"  # demo (jformer.data.demo.documents) | text
     train_files: tuple[str, ...] = ()  # one sentence per line, a blank line between documents
     eval_files: tuple[str, ...] = ()
     demo_seed: int = 0
@@ -73,9 +73,9 @@ class PretrainConfig:
                      "batch_size"):
             check_positive(s, name, getattr(self, name))
         check(is_int(self.max_seq_len) and self.max_seq_len >= 5, f"{s}.max_seq_len",
-               "an int >= 5 ([CLS] A [SEP] B [SEP] with a token in A and B)", self.max_seq_len)
+              "an int >= 5 ([CLS] A [SEP] B [SEP] with a token in A and B)", self.max_seq_len)
         check(is_number(self.masked_lm_prob) and 0 < self.masked_lm_prob < 1,
-               f"{s}.masked_lm_prob", "a rate in (0, 1)", self.masked_lm_prob)
+              f"{s}.masked_lm_prob", "a rate in (0, 1)", self.masked_lm_prob)
         check_rate(s, "short_seq_prob", self.short_seq_prob)
 
 
@@ -104,5 +104,5 @@ class FinetuneConfig:
                      "batch_size"):
             check_positive(s, name, getattr(self, name))
         check(is_int(self.max_seq_len) and self.max_seq_len >= 4, f"{s}.max_seq_len",
-               "an int >= 4", self.max_seq_len)
+              "an int >= 4", self.max_seq_len)
 

@@ -291,3 +291,23 @@ class Verb:
 
 def capitalize(s: str) -> str:
     return s[:1].upper() + s[1:]
+
+
+
+def _category_words(side: int) -> dict[str, tuple[str, ...]]:
+    """Words of one side (0: English, 1: German) by category: numbers, months,
+    weekdays, colours, nouns."""
+    ones, teens, tens, powers = ((EN_ONES, EN_TEENS, EN_TENS, ("hundred", "thousand")),
+                                 (DE_ONES, DE_TEENS, DE_TENS, ("hundert", "tausend")))[side]
+    return {
+        "number": tuple(w for w in (*ones, *teens, *tens, *powers) if w),
+        "month": tuple(m[side] for m in MONTHS),
+        "weekday": tuple(d[side] for d in WEEKDAYS),
+        "colour": tuple(c[side] for c in ADJ_COLOUR),
+        "noun": tuple((n.en_sg, n.de_sg)[side] for n in NOUNS),
+    }
+
+
+# Words of the demo language by language and category (the embedding figure of
+# docs/transformer.md, jformer.inference.embedding_space).
+WORD_CATEGORIES = {"English": _category_words(0), "German": _category_words(1)}

@@ -1,4 +1,5 @@
-"""A training workdir read for inference: its config, tokenizer and checkpointed params.
+"""A training workdir read for inference: its config, tokenizer and checkpointed params
+(the files themselves are jformer.workdir's).
 
     config, tokenizer, params = load_workdir("runs/demo")
 
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 import os
 
-from jformer import checkpoint, files
 from jformer.config import Config
 from jformer.data.tokenizer import Tokenizer
 from jformer.types import PyTree
+from jformer.workdir import checkpoint, files
 
 
 def load_workdir(workdir: str | os.PathLike, checkpoint_dir: str | None = None,

@@ -1,10 +1,10 @@
-"""Subprocess helper for tests/test_checkpoint.py (not a test module).
+"""Subprocess helper for tests/workdir/test_checkpoint.py (not a test module).
 
 Usage (XLA_FLAGS in the environment sets the device count):
-  python tests/_checkpoint_worker.py save-then-hang DIR   # saves step 1, then a large step
+  python tests/workdir/_checkpoint_worker.py save-then-hang DIR   # saves step 1, then a large step
       2; prints "saving 2" and sleeps so that the test can SIGKILL it mid-save.
-  python tests/_checkpoint_worker.py save DIR STEP        # saves train_state(STEP) at STEP
-  python tests/_checkpoint_worker.py restore-params DIR OUT.npz
+  python tests/workdir/_checkpoint_worker.py save DIR STEP        # saves train_state(STEP) at STEP
+  python tests/workdir/_checkpoint_worker.py restore-params DIR OUT.npz
 """
 import os
 import signal
@@ -16,8 +16,8 @@ import numpy as np
 import optax
 
 # Repo root on the path when run as a script, so that the package imports without install.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from jformer import checkpoint  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from jformer.workdir import checkpoint  # noqa: E402
 
 BIG_ARRAY_BYTES = 4_000_000  # x4 = 16 MB of step-2 arrays
 

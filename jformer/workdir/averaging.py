@@ -2,7 +2,7 @@
 
 ``average_checkpoints(checkpoint_dir, K, out)`` writes the float32 mean of the newest K
 checkpoints' parameters as a params-only checkpoint that
-:func:`jformer.checkpoint.restore_params` (and so the Translator) reads.
+:func:`jformer.workdir.checkpoint.restore_params` (and so the Translator) reads.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jformer.checkpoint import (AVERAGED_ITEM, PARAMS_KEY, STATE_ITEM, listed,
+from jformer.workdir.checkpoint import (AVERAGED_ITEM, PARAMS_KEY, STATE_ITEM, listed,
                                 read_only_manager, tree_differences, restore_params)
 from jformer.types import PyTree
 

@@ -1,4 +1,4 @@
-"""Training checkpoints, inference-only parameter restores and checkpoint averaging.
+"""Training checkpoints and inference-only parameter restores.
 
 Built on orbax's ``CheckpointManager``. Directory layout (``checkpoint_dir(workdir)``)::
 
@@ -18,6 +18,9 @@ partial restore of the ``params`` key of the ``state`` item, as host numpy array
 reads only the parameter arrays (OCDBT indexes every array by its own key), needs neither
 the optimizer state's structure nor the training mesh, and avoids the extra third of disk
 space and write time that a duplicate ``params`` item would add to params + Adam moments.
+
+Averaged checkpoints (:mod:`jformer.workdir.averaging`) hold only ``{"params": ...}``
+in their state item; ``restore_params`` reads them like any other.
 
 Limitation: the data state is written by process 0 only (orbax's JsonSave), so multi-host
 runs whose hosts hold different iterator states need per-host data items.

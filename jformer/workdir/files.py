@@ -8,7 +8,7 @@ A training workdir holds::
     target.spm           each side's sentencepiece model, and the joint vocabulary that
     vocab.json           numbers their pieces (data.vocab_path: a folder holding them)
     spm.json           what the sentencepiece model(s) were learned from (jformer.data.pipeline)
-    checkpoints/       orbax checkpoints (jformer.checkpoint)
+    checkpoints/       orbax checkpoints (jformer.workdir.checkpoint)
     metrics.jsonl      one JSON row per log interval or evaluation (jformer.train.progress)
     tensorboard/       TensorBoard events
     .train.lock        held by the training process (jformer.train.run_control)

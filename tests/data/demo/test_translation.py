@@ -1,11 +1,11 @@
-"""Tests for the built-in demo corpus (jformer.data.demo_corpus, demo_grammar)."""
+"""Tests for the translation demo (jformer.data.demo.translation, demo.grammar)."""
 import random
 import re
 
 import pytest
 
-from jformer.data import demo_corpus as dc
-from jformer.data import demo_grammar as g
+from jformer.data.demo import grammar as g
+from jformer.data.demo import translation as dc
 
 SIZES = (3000, 400, 300)
 

@@ -1,0 +1,34 @@
+"""Typed, validated configuration, built once from an ``ml_collections`` ConfigDict.
+
+One module per concern:
+
+    fields   ConfigError and the field checks every section runs
+    units    byte counts written for people ("2GB")
+    model    ModelConfig (paper, Table 3) and the kernel switch
+    data     DataConfig: sources, vocabulary, batching
+    train    TrainConfig: optimiser, schedule, checkpoints, hosts
+    decode   DecodeConfig: search settings
+    tasks    TaskConfig, BertConfig, PretrainConfig, FinetuneConfig (encoder pretraining)
+    root     Config, from_config_dict, to_dict, check_training_config
+
+Import the public names from here: ``from jformer.config import ModelConfig``.
+"""
+from jformer.config.data import VOCABS, DataConfig
+from jformer.config.decode import EOS_CANDIDATES, OVERLONG_POLICIES, DecodeConfig
+from jformer.config.fields import JAX_SEED_LIMIT, ConfigError
+from jformer.config.model import (ACTIVATIONS, DECODER_STARTS, DTYPES, KERNELS, NORM_KINDS,
+                                  POSITIONAL_KINDS, ModelConfig, resolve_kernels)
+from jformer.config.root import Config, check_training_config, from_config_dict, to_dict
+from jformer.config.tasks import (TASK_KINDS, BertConfig, FinetuneConfig, PretrainConfig,
+                                  TaskConfig)
+from jformer.config.train import SCHEDULES, TrainConfig, check_coordinator
+from jformer.config.units import parse_bytes
+
+__all__ = [
+    "ACTIVATIONS", "BertConfig", "Config", "ConfigError", "DECODER_STARTS", "DTYPES",
+    "DataConfig", "DecodeConfig", "EOS_CANDIDATES", "FinetuneConfig", "JAX_SEED_LIMIT",
+    "KERNELS", "ModelConfig", "NORM_KINDS", "OVERLONG_POLICIES", "POSITIONAL_KINDS",
+    "PretrainConfig", "SCHEDULES", "TASK_KINDS", "TaskConfig", "TrainConfig", "VOCABS",
+    "check_coordinator", "check_training_config", "from_config_dict", "parse_bytes",
+    "resolve_kernels", "to_dict",
+]

@@ -1,0 +1,79 @@
+"""Search settings used by evaluation, ``jformer translate`` and the server."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from jformer.config.fields import (ConfigError, check, check_choice, check_number,
+                                   check_positive, is_int)
+from jformer.config.model import DTYPES
+from jformer.config.units import parse_bytes
+
+OVERLONG_POLICIES = ("split", "truncate", "error")
+# Beam search: which of a step's 2W candidates may finish with EOS (jformer.search.beam)
+EOS_CANDIDATES = ("all", "top_w")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """Search settings used by evaluation and ``jformer translate``."""
+
+    beam_size: int = 4  # paper 6.1
+    alpha: float = 0.6  # length penalty ((5 + len) / 6)^alpha (paper 6.1)
+    max_len_a: float = 1.0  # max output length = a * source length + b (fairseq)
+    max_len_b: int = 50  # paper 6.1: input length + 50
+    temperature: float = 1.0  # for sampling
+    top_k: int = 0  # for sampling; 0: full distribution
+    batch_size: int = 64  # sentences per decode batch
+    length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256)  # padded source lengths
+    # Sources over model.max_len: split (at sentences, clauses, whitespace; translated
+    # whole, jformer.inference.segment) | truncate (with a warning) | error
+    overlong: str = "split"
+    # Most bytes one decode batch's KV cache may take on one device (an int, or a string
+    # such as "2GB" or "512MiB"; 0: no limit): batches are cut to fewer rows to fit it
+    # (jformer.inference.memory.cache_bytes).
+    memory_limit: int | str = 0
+    # Beam search: which EOS candidates finish. all: any of the step's 2W best (Flax WMT,
+    # T5X) | top_w: only those among the W best (fairseq, Hugging Face, CTranslate2,
+    # Marian; gives their outputs exactly). jformer.search.beam says more.
+    eos_candidates: str = "all"
+    # model: decode in model.dtype | float32 | bfloat16: bf16 weight matrices, activations
+    # and KV cache (jformer.inference.precision; its BLEU cost: docs/results.md)
+    dtype: str = "model"
+
+    def __post_init__(self) -> None:
+        s = "decode"
+        check_choice(s, "dtype", self.dtype, ("model",) + DTYPES)
+        check_positive(s, "beam_size", self.beam_size)
+        check_positive(s, "batch_size", self.batch_size)
+        check_number(s, "alpha", self.alpha, 0)
+        check_number(s, "temperature", self.temperature, 0, strict=True)
+        check(is_int(self.top_k) and self.top_k >= 0, f"{s}.top_k", "an int >= 0 (0: full "
+              "distribution)", self.top_k)
+        buckets = self.length_buckets
+        check(isinstance(buckets, (tuple, list)) and len(buckets) > 0
+              and all(is_int(b) and b > 0 for b in buckets) and list(buckets) == sorted(buckets),
+              f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
+        check_choice(s, "overlong", self.overlong, OVERLONG_POLICIES)
+        check_choice(s, "eos_candidates", self.eos_candidates, EOS_CANDIDATES)
+        try:
+            parse_bytes(self.memory_limit)
+        except ValueError as e:
+            raise ConfigError(f"config field '{s}.memory_limit': {e}") from None
+        # Max output tokens of a source bucket: max(1, ceil(a * bucket + b)) (translate.
+        # output_len). Sources shorter than the smallest bucket are padded to it, so the
+        # rule must give that bucket a token: below, the max(1, ...) would silently cut
+        # every short sentence to one token.
+        check_number(s, "max_len_a", self.max_len_a, 0)
+        check(is_int(self.max_len_b), f"{s}.max_len_b", "an int", self.max_len_b)
+        shortest = buckets[0]
+        check(math.ceil(self.max_len_a * shortest + self.max_len_b) >= 1, f"{s}.max_len_b",
+              f"ceil(decode.max_len_a * {shortest} + decode.max_len_b) >= 1, at least one "
+              f"output token for the shortest source bucket (decode.length_buckets[0]="
+              f"{shortest}, decode.max_len_a={self.max_len_a})", self.max_len_b)
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        """decode.memory_limit in bytes (0: no limit)."""
+        return parse_bytes(self.memory_limit)
+

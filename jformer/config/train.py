@@ -1,0 +1,72 @@
+"""Optimisation, schedule, checkpointing, evaluation cadence and multi-host settings."""
+from __future__ import annotations
+
+import dataclasses
+
+from jformer.config.fields import (check, check_choice, check_number, check_positive,
+                                   check_rate, is_int)
+from jformer.config.model import DTYPES
+
+SCHEDULES = ("rsqrt", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, schedule, checkpointing and evaluation (paper, section 5)."""
+
+    seed: int = 0
+    num_steps: int = 100_000  # paper 5.2: 100k steps for base
+    max_minutes: float = 0.0  # wall-clock budget per run of train() (0: none); stops early
+    warmup_steps: int = 4000  # paper 5.3
+    schedule: str = "rsqrt"  # rsqrt (paper eq. 3) | linear (BERT: warm-up, then linear to 0)
+    learning_rate_scale: float = 1.0  # multiplies d_model^-0.5 * min(...) (paper eq. 3)
+    learning_rate: float = 1e-4  # peak rate of the linear schedule (BERT 1e-4); rsqrt: unused
+    adam_b1: float = 0.9  # paper 5.3
+    adam_b2: float = 0.98  # paper 5.3
+    adam_eps: float = 1e-9  # paper 5.3
+    weight_decay: float = 0.0
+    weight_decay_mask: str = "all"  # all | kernels (BERT: no decay of biases and LayerNorms)
+    label_smoothing: float = 0.1  # paper 5.4
+    grad_clip_norm: float = 0.0  # 0: no clipping
+    accum_steps: int = 1  # gradient accumulation micro-batches per update
+    parallelism: str = "shard_map"  # shard_map | pmap
+    compute_dtype: str = "float32"  # float32 | bfloat16 (params and opt state stay f32)
+    log_every: int = 50  # steps between progress/TensorBoard scalars
+    eval_every: int = 1000  # steps between validation loss + BLEU
+    eval_bleu_sentences: int = 500  # validation sentences decoded for BLEU (0: all)
+    checkpoint_every: int = 1000  # steps between checkpoints
+    keep_checkpoints: int = 5  # last K kept (paper averages the last 5)
+    async_checkpoints: bool = True
+    # multi-host (jax.distributed.initialize); empty address: single process
+    coordinator_address: str = ""
+    num_processes: int = 1
+    process_id: int = 0
+
+    def __post_init__(self) -> None:
+        s = "train"
+        for name in ("num_steps", "accum_steps", "log_every", "eval_every",
+                     "checkpoint_every", "keep_checkpoints", "num_processes"):
+            check_positive(s, name, getattr(self, name))
+        check(is_int(self.warmup_steps) and self.warmup_steps >= 0, f"{s}.warmup_steps",
+              "an int >= 0", self.warmup_steps)
+        check_number(s, "max_minutes", self.max_minutes, 0, note=" (0: no budget)")
+        check_rate(s, "label_smoothing", self.label_smoothing)
+        check_choice(s, "parallelism", self.parallelism, ("shard_map", "pmap"))
+        check_choice(s, "schedule", self.schedule, SCHEDULES)
+        check_choice(s, "weight_decay_mask", self.weight_decay_mask, ("all", "kernels"))
+        check_number(s, "learning_rate", self.learning_rate, 0, strict=True)
+        check_choice(s, "compute_dtype", self.compute_dtype, DTYPES)
+        check_number(s, "learning_rate_scale", self.learning_rate_scale, 0, strict=True)
+        check(is_int(self.process_id) and 0 <= self.process_id < self.num_processes,
+              f"{s}.process_id",
+              f"in [0, num_processes={self.num_processes})", self.process_id)
+
+
+def check_coordinator(t: TrainConfig) -> None:
+    """A multi-process run needs train.coordinator_address (else every host would run
+    as process 0 alone)."""
+    if not t.coordinator_address:
+        check(t.num_processes == 1 and t.process_id == 0, "train.coordinator_address",
+              f"host:port of process 0 when train.num_processes={t.num_processes} and "
+              f"train.process_id={t.process_id} ask for a multi-process run",
+              t.coordinator_address)

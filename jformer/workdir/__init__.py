@@ -1,0 +1,16 @@
+"""A training workdir on disk: its file names, atomic writes, checkpoints, averaging.
+
+    files        every file name in a workdir and its one reader/writer (config.json,
+                 the tokenizer files, metrics.jsonl, the lock), atomic writes, JSON,
+                 UTF-8 text lines
+    checkpoint   orbax checkpoints of the train state and data position; restore_params
+    averaging    the mean of the last K checkpoints' params (paper 6.1), written as a
+                 params-only checkpoint that restore_params reads
+
+A foundation: it imports nothing of jformer above jformer.config and jformer.types.
+Reading a whole run for inference (config, tokenizer and params together) needs the
+tokenizer, so it lives above, in jformer.inference.restore.
+
+Import the modules, not this package: ``from jformer.workdir import files`` (importing
+the package loads neither jax nor orbax).
+"""
