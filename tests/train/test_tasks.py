@@ -18,7 +18,9 @@ from jformer.config import ConfigError, from_config_dict
 from jformer.data import demo
 from jformer.data import pretraining as pt
 from jformer.data.epochs import EpochIterator, EpochOptions
+from jformer.data.finetuning import Example
 from jformer.data.tokenizer import Tokenizer
+from jformer.inference.encoder import EncoderPredictor
 from jformer.mesh import make_mesh
 from jformer.model.bert import Bert, init_params
 from jformer.train.bert_tasks import PretrainTask
@@ -185,9 +187,13 @@ def test_fine_tuning_starts_from_the_pretrained_encoder_and_predicts(tmp_path, v
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
     if kind == "classify":
-        for line in out:
-            label, p = line.split("\t")
-            assert label in demo.ACCEPTABILITY_LABELS and 0.5 <= float(p) <= 1
+        # each line: the argmax label and its softmax probability over the head's logits
+        predictor = EncoderPredictor.from_checkpoint(work)
+        texts = [line.split("\t") + [""] for line in lines]
+        arrays, _ = predictor.encode([Example(t[0], t[1]) for t in texts])
+        probs = np.asarray(jax.nn.softmax(predictor.outputs(arrays), -1))
+        assert out == [f"{demo.ACCEPTABILITY_LABELS[k]}\t{row[k]:.4f}"
+                       for row, k in zip(probs, probs.argmax(-1))]
     elif kind == "tag":
         for line, text in zip(out, lines):
             words = [w.rsplit("/", 1) for w in line.split()]
