@@ -43,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default loopback; 0.0.0.0 exposes the server)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="0: a free port (see --port-file)")
+    p.add_argument("--port-file", metavar="PATH", default=None,
+                   help="once listening, write the bound port to this file")
     p.add_argument("--devices", type=int, default=1,
                    help="decode each batch data-parallel over this many local devices "
                         "(--max-batch must be a multiple)")
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace) -> None:
     warnings.filterwarnings("ignore", category=OverlongWarning)
     app = create_app(source.load, limits, devices=args.devices)
     error = serve(app, args.host, args.port, log_level=args.log_level,
-                  access_log=not args.no_access_log)
+                  access_log=not args.no_access_log, port_file=args.port_file)
     if error is not None:
         raise error if isinstance(error, (OSError, ValueError)) else RuntimeError(
             f"loading the model failed: {type(error).__name__}: {error}")

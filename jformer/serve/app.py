@@ -43,7 +43,9 @@ from jformer.serve.text import LINE_BREAK, TextError, check_text
 logger = logging.getLogger("jformer.serve")
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
 Loader = Callable[[], "tuple[Translator, dict[str, Any]]"]
-_ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 500, 503, 504)}
+MAX_HEADER_BYTES = 16 << 10  # names and values, all headers together
+_ERRORS = {code: {"model": ErrorResponse} for code in (400, 408, 413, 415, 422, 500, 503,
+                                                             504)}
 
 
 class ServerState:
@@ -231,7 +233,7 @@ async def translate(request: Request) -> JSONResponse:
     arrived = time.monotonic()
     state = _state(request)
     translator, limits = state.require_ready(), state.limits
-    req = errors.parse(TranslateRequest, await errors.read_json(request, limits.max_body_bytes))
+    req = errors.parse(TranslateRequest, await _read_json(request, limits, arrived))
     settings, seed = translation.resolve_settings(req, translator, limits)
     texts = [req.q] if isinstance(req.q, str) else req.q
     plan = translation.plan(texts, translator, limits, single=isinstance(req.q, str))
@@ -249,9 +251,10 @@ async def translate(request: Request) -> JSONResponse:
 
 
 async def attention(request: Request) -> JSONResponse:
+    arrived = time.monotonic()
     state = _state(request)
     translator, limits = state.require_ready(), state.limits
-    req = errors.parse(AttentionRequest, await errors.read_json(request, limits.max_body_bytes))
+    req = errors.parse(AttentionRequest, await _read_json(request, limits, arrived))
     try:
         check_text(req.q, "q", limits.max_chars)
     except TextError as e:
@@ -270,6 +273,12 @@ async def attention(request: Request) -> JSONResponse:
     except ValueError as e:  # e.g. the tokenizer keeps nothing of q
         raise ApiError(422, f"q: {e}", field="q") from None
     return JSONResponse(body)
+
+
+async def _read_json(request: Request, limits: ServeLimits, arrived: float) -> Any:
+    """The body as JSON, which must all have come within the request's --timeout-s."""
+    left = max(0.0, arrived + limits.timeout_s - time.monotonic())
+    return await errors.read_json(request, limits.max_body_bytes, left)
 
 
 async def _run(state: ServerState, job: Job, arrived: float) -> list:
@@ -313,7 +322,8 @@ def _attention(translator: Translator, line: str) -> dict:
 
 
 class _MetricsMiddleware:
-    """Counts every HTTP response by route and status, with its latency."""
+    """Counts every HTTP response by route and status, with its latency; answers 431
+    to headers over MAX_HEADER_BYTES (h11 refuses them only when they come in pieces)."""
 
     def __init__(self, app, metrics: Metrics):
         self.app, self.metrics = app, metrics
@@ -330,6 +340,12 @@ class _MetricsMiddleware:
             await send(message)
 
         try:
+            if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
+                await errors.error_response(ApiError(
+                    431, f"the request's headers are over {MAX_HEADER_BYTES} bytes",
+                    field="headers", headers={"Connection": "close"}))(
+                        scope, receive, send_and_record)
+                return
             await self.app(scope, receive, send_and_record)
         finally:
             self.metrics.observe_request(scope["path"], status[0], time.monotonic() - start)

@@ -5,6 +5,10 @@ idle connections close, requests in flight (queued or decoding) are answered, th
 decoder thread stops and the process exits 0. Requests still running after
 ``drain_s`` are cancelled. A second SIGINT stops at once.
 
+``--port 0`` binds a free port; ``port_file`` (``--port-file``) names a file the bound
+port is written to once the server listens, so a script or test reads it there instead
+of guessing a free port and racing other processes for it.
+
 uvicorn itself re-raises a captured signal after its shutdown (so a SIGTERM'd uvicorn
 dies by that signal); a completed drain is a clean exit here, so this server does not.
 """
@@ -12,8 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import signal
+import subprocess
 import threading
+import time
 from typing import Iterator
 
 import uvicorn
@@ -23,9 +30,19 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, app: FastAPI):
+    def __init__(self, config: uvicorn.Config, app: FastAPI, port_file: str | None):
         super().__init__(config)
         self._state = app.state.jformer
+        self._port_file = port_file
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self._port_file and self.started:
+            port = self.servers[0].sockets[0].getsockname()[1]
+            partial = self._port_file + ".partial"
+            with open(partial, "w") as f:
+                f.write(f"{port}\n")
+            os.replace(partial, self._port_file)  # whole, or not there
 
     def handle_exit(self, sig: int, frame) -> None:
         self._state.begin_drain()
@@ -45,7 +62,7 @@ class _DrainingServer(uvicorn.Server):
 
 
 def serve(app: FastAPI, host: str, port: int, *, log_level: str = "info",
-          access_log: bool = True) -> BaseException | None:
+          access_log: bool = True, port_file: str | None = None) -> BaseException | None:
     """Serves ``app`` until a signal has drained it; returns the error that stopped
     model loading, if that is what ended the server, else None."""
     state = app.state.jformer
@@ -56,7 +73,7 @@ def serve(app: FastAPI, host: str, port: int, *, log_level: str = "info",
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             log_config=log_config, access_log=access_log, lifespan="on",
                             timeout_graceful_shutdown=state.limits.drain_s)
-    server = _DrainingServer(config, app)
+    server = _DrainingServer(config, app, port_file)
 
     def stop(error: BaseException) -> None:
         server.should_exit = True
@@ -64,3 +81,18 @@ def serve(app: FastAPI, host: str, port: int, *, log_level: str = "info",
     state.on_failure = stop
     server.run()
     return state.error
+
+
+def wait_for_port(port_file: str, proc: subprocess.Popen, seconds: float) -> int:
+    """The port a ``jformer serve --port-file port_file`` child listens on, once it
+    does; RuntimeError if it exits first or nothing comes within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.path.exists(port_file):
+            with open(port_file) as f:
+                return int(f.read())
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode} before "
+                               "it listened")
+        time.sleep(0.05)
+    raise RuntimeError(f"the server did not listen within {seconds:g} s")

@@ -218,6 +218,19 @@ BAD = [  # (body or raw bytes, headers, status, reason, field, words in the mess
     ({"q": "bad\x00"}, None, 422, "invalid_request", "q", "U+0000"),
     ({"q": ["fine", "bell\x07"]}, None, 422, "invalid_request", "q[1]", "U+0007"),
     (b'{"q": "half \\ud800 pair"}', JSON, 422, "invalid_request", "q", "lone surrogate"),
+    # Each of these four got a 500 before: json.loads' RecursionError, and a lone
+    # surrogate quoted in the message that the JSON response could not encode.
+    (b'{"q": ' + b"[" * 2000 + b"]" * 2000 + b"}", JSON, 400, "invalid_json", "body",
+     "more than 32 deep"),
+    (b'{"q": "a", "x": ' + b"[" * 32 + b"]" * 32 + b"}", JSON, 400, "invalid_json", "body",
+     "more than 32 deep"),
+    (b'{"q": "a", "\\udc00": 1}', JSON, 422, "invalid_request", "body", "unicode string",
+     '"\\udc00"'),
+    (b'{"q": "a", "method": "\\ud800"}', JSON, 422, "invalid_request", "method",
+     'got "\\ud800"'),
+    (b'{"q": "a", "q": ["b"]}', JSON, 400, "invalid_json", "q", '"q" appears twice'),
+    ({"q": "a", "k" * 3000: 1}, None, 422, "invalid_request", "k" * 57 + "...",
+     "unknown field"),
 ]
 
 
@@ -240,6 +253,11 @@ def test_after_every_kind_of_bad_input_the_server_still_translates(client, trans
             client.post("/v1/translate", json=body)
     assert_error(client.get("/nowhere"), 404, "not_found", None, "GET /nowhere")
     assert_error(client.get("/v1/translate"), 405, "method_not_allowed", None, "GET")
+    assert_error(client.get("/v1/health", headers={"X-Pad": "a" * (16 << 10)}), 431,
+                 "headers_too_large", "headers", "over 16384 bytes")
+    other_params = {"Content-Type": 'application/json; foo=bar; charset="UTF-8"'}
+    assert client.post("/v1/translate", content=b'{"q": "a", "method": "greedy"}',
+                       headers=other_params).status_code == 200
     chunked = client.post("/v1/translate", headers=JSON,
                           content=iter([b'{"q": "', b"x" * 3000, b"y" * 3000, b'"}']))
     assert_error(chunked, 413, "too_large", "body", "--max-body-bytes")
