@@ -3,7 +3,7 @@
     python bench/bench_serve.py [--workdir runs/demo] [--clients 1,8,32] [--requests 1000]
         [--soak 10000] [--src FILE] [--server-args "--max-wait-ms 5"] [--check]
 
-Starts `jformer serve` on 127.0.0.1 (a free port) and stops it with SIGTERM at the end
+Starts `jformer serve` on 127.0.0.1 (a free port, from --port 0) and stops it with SIGTERM at the end
 (its exit status is printed: 0 is a clean drain). Each level sends --requests
 one-sentence requests (default method: the model's beam search), split over that many
 clients, each a thread with its own keep-alive connection sending its next request as
@@ -29,10 +29,10 @@ import json
 import os
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -77,19 +77,23 @@ def sentences(src: str | None, count: int) -> list[str]:
 
 
 # ------------------------------------------------------------------ the server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+def start_server(workdir: str, flags: list[str], port_file: str, output=None
+                 ) -> tuple[subprocess.Popen, int]:
+    """`jformer serve` on a free loopback port (--port 0; the server writes the port it
+    bound to ``port_file``: nothing to race for); (process, port)."""
+    from jformer.serve.server import wait_for_port
 
-
-def start_server(args, port: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "jformer", "serve", "--workdir", args.workdir,
-               "--host", HOST, "--port", str(port), "--no-access-log", "--log-level",
-               "warning", *shlex.split(args.server_args)]
+    command = [sys.executable, "-m", "jformer", "serve", "--workdir", workdir, "--host",
+               HOST, "--port", "0", "--port-file", port_file, *flags]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     print("server:", " ".join(command[1:]), flush=True)
-    return subprocess.Popen(command, env=env)
+    proc = subprocess.Popen(command, env=env, stdout=output,
+                            stderr=None if output is None else subprocess.STDOUT)
+    try:
+        return proc, wait_for_port(port_file, proc, 300)
+    except RuntimeError as e:
+        proc.kill()
+        raise SystemExit(str(e)) from None
 
 
 def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> float:
@@ -244,9 +248,11 @@ def report(levels: list[dict], ceiling_rate: float, memory: list[float],
 def main(argv=None) -> int:
     args = parse_args(argv)
     texts = sentences(args.src, args.requests)
-    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, port = start_server(args.workdir, ["--no-access-log", "--log-level", "warning",
+                                                 *shlex.split(args.server_args)],
+                                  os.path.join(tmp, "port"))
     base = f"http://{HOST}:{port}"
-    proc = start_server(args, port)
     try:
         print(f"ready after {wait_ready(proc, base, args.ready_timeout):.1f} s "
               "(load + warm-up)", flush=True)

@@ -113,6 +113,7 @@ class ServerState:
         if self.phase != "draining":
             logger.info("draining: %d sentences queued", self.batcher.queued)
         self.phase = "draining"
+        self.batcher.hurry()  # what is queued goes now, not after --max-wait-ms
         self.metrics.ready.set(0)
 
     def require_ready(self) -> Translator:

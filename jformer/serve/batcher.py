@@ -244,6 +244,13 @@ class Batcher:
             self._cond.notify()
         return future
 
+    def hurry(self) -> None:
+        """From now on a group is decoded as soon as the thread is free, without
+        waiting ``max_wait_s`` for more sentences (the server drains: none will come)."""
+        with self._cond:
+            self.max_wait_s = 0.0
+            self._cond.notify()
+
     def stop(self, timeout: float | None = None) -> bool:
         """Decodes what is queued, without waiting for more, then ends the thread;
         returns whether it ended within ``timeout``."""

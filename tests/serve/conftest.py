@@ -1,11 +1,10 @@
-"""Shared by the serve tests: the committed tiny workdir as a Translator, and a port.
+"""Shared by the serve tests: the committed tiny workdir as a Translator.
 
 One Translator for the whole session, with small decode settings (batch 4, short
 outputs), so the tests share a handful of compiled programs.
 """
 import dataclasses
 import os
-import socket
 
 import pytest
 
@@ -29,9 +28,3 @@ def translator():
     from jformer.inference import Translator
 
     return Translator.from_checkpoint(WORKDIR, decode_cfg=small_decode())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

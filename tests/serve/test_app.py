@@ -167,7 +167,9 @@ def test_a_seed_gives_the_direct_sample_and_no_seed_returns_the_one_used(client,
 
 
 def test_concurrent_http_requests_share_decoder_batches(translator):
-    limits = dataclasses.replace(LIMITS, max_wait_ms=300)
+    # Ten minutes of max wait: the batch goes when its fourth sentence (max_batch) comes,
+    # however late each thread arrives.
+    limits = dataclasses.replace(LIMITS, max_wait_ms=600_000)
     with serve(translator, limits) as c:
         wait_ready(c)
         registry = c.app.state.jformer.metrics.registry
@@ -177,7 +179,7 @@ def test_concurrent_http_requests_share_decoder_batches(translator):
         batches = registry.get_sample_value("jformer_batch_sentences_count")
     assert [a.json()["translations"][0] for a in answers] == translator.translate(
         SENTENCES[:4], method="greedy")
-    assert batches < 4
+    assert batches == 1
     assert registry.get_sample_value("jformer_batch_sentences_sum") == 4
 
 
@@ -300,9 +302,8 @@ def test_a_full_queue_answers_503_with_retry_after_at_once(translator):
             deadline = time.monotonic() + 30
             while state.batcher.queued < 8 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            start = time.monotonic()
             refused = post(c, {"q": "one more", "method": "greedy"})
-            assert time.monotonic() - start < 5  # at once, not after the queue moves
+            assert state.batcher.queued == 8  # answered while the queue had not moved
             gate.set()
             assert first.result(60).status_code == 200
         assert_error(refused, 503, "queue_full", None, "queue is full", "limit 8")

@@ -6,6 +6,7 @@ to one head; saves a screenshot in the test's temp dir. Skipped, saying what is
 missing, without chromium, chromedriver or selenium (.ci/run installs them).
 """
 import shutil
+import socket
 import threading
 import time
 
@@ -30,7 +31,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from jformer.inference.attention_maps import attention_weights  # noqa: E402
 from jformer.serve import ServeLimits, create_app  # noqa: E402
 from jformer.serve.loading import describe  # noqa: E402
-from tests.serve.conftest import SENTENCES, free_port  # noqa: E402
+from tests.serve.conftest import SENTENCES  # noqa: E402
 
 
 @pytest.fixture
@@ -39,10 +40,11 @@ def server(translator):
     app = create_app(lambda: (translator, describe(translator, step=400, source_lang="en",
                                                    target_lang="de")),
                      ServeLimits(warmup_buckets=0, max_wait_ms=2))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    sock = socket.socket()  # bound here and handed over: no other process can take it
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline:
@@ -51,6 +53,7 @@ def server(translator):
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(30)
+    sock.close()
 
 
 @pytest.fixture

@@ -1,10 +1,13 @@
 """`jformer serve` as users run it: a real uvicorn process on loopback, stopped by SIGTERM.
 
-The drain test holds requests in the batcher (a 1.5 s --max-wait-ms), sends SIGTERM
-while they wait, and checks each still gets its translation (the fixture's recorded
-greedy outputs), new connections are refused, and the process exits 0.
+The drain test holds requests in the batcher (an --max-wait-ms of ten minutes and a
+batch larger than them: only the drain sends them to the decoder), waits until all are
+queued, sends SIGTERM, and checks each still gets its translation (the fixture's
+recorded greedy outputs), new connections are refused, and the process exits 0.
+Servers bind --port 0 and say their port in --port-file: no port is guessed and raced.
 """
 import concurrent.futures
+import http.client
 import json
 import os
 import shutil
@@ -21,21 +24,29 @@ pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[
 pytest.importorskip("uvicorn", reason="needs the serve extra: pip install -e '.[serve]'")
 
 from jformer import cli  # noqa: E402
-from tests.serve.conftest import WORKDIR, free_port  # noqa: E402
+from jformer.serve.server import wait_for_port  # noqa: E402
+from tests.serve.conftest import WORKDIR  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def start(workdir, log_path, *flags):
-    port = free_port()
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     log = open(log_path, "wb")
+    port_file = str(log_path) + ".port"
     proc = subprocess.Popen([sys.executable, "-m", "jformer", "serve", "--workdir", workdir,
-                             "--host", "127.0.0.1", "--port", str(port), "--warmup-buckets",
-                             "0", *flags], stdout=log, stderr=subprocess.STDOUT, env=env,
-                            cwd=ROOT)
+                             "--host", "127.0.0.1", "--port", "0", "--port-file", port_file,
+                             "--warmup-buckets", "0", *flags], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     log.close()
-    return proc, f"http://127.0.0.1:{port}"
+    return proc, port_file
+
+
+def base_url(proc, port_file, log_path):
+    try:
+        return f"http://127.0.0.1:{wait_for_port(port_file, proc, 120)}"
+    except RuntimeError as e:
+        raise AssertionError(f"{e}:\n{open(log_path).read()}") from None
 
 
 def get(url, timeout=10):
@@ -92,13 +103,24 @@ def test_sigterm_drains_the_requests_in_flight_then_exits_0(tmp_path):
         expected = json.load(f)
     sources, want = expected["sources"], [g["text"] for g in expected["greedy"]]
     log_path = tmp_path / "server.log"
-    proc, base = start(WORKDIR, log_path, "--max-wait-ms", "1500")
+    proc, port_file = start(WORKDIR, log_path, "--max-wait-ms", "600000", "--max-batch",
+                            str(2 * len(sources)))
     try:
+        base = base_url(proc, port_file, log_path)
         wait_ready(proc, base, log_path)
+        # A body far over --max-body-bytes: read to its end, then its 413 (not a reset).
+        conn = http.client.HTTPConnection("127.0.0.1", int(base.rsplit(":", 1)[1]),
+                                          timeout=60)
+        conn.request("POST", "/v1/translate", b"x" * (8 << 20),
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert (response.status, json.loads(response.read())["error"]["field"]) == (413,
+                                                                                   "body")
+        conn.close()
         with concurrent.futures.ThreadPoolExecutor(len(sources)) as pool:
             answers = [pool.submit(post, base + "/v1/translate",
                                    {"q": s, "method": "greedy"}) for s in sources]
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60  # only a bound: none is decoded before SIGTERM
             while queued(base) < len(sources) and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert queued(base) == len(sources)  # all waiting in the batcher
@@ -113,7 +135,7 @@ def test_sigterm_drains_the_requests_in_flight_then_exits_0(tmp_path):
             proc.kill()
             proc.wait()
     log = log_path.read_text()
-    assert "draining: " in log and "Shutting down" in log
+    assert f"draining: {len(sources)} sentences queued" in log and "Shutting down" in log
 
 
 @pytest.mark.slow  # a second server process (~6 s of CPU); the in-process twin is fast
