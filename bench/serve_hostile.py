@@ -17,7 +17,8 @@ SIGTERM, asks /v1/ready on connections opened before it, and waits for the exit.
 Prints per kind: requests, status codes seen, max latency and failures (a 5xx, a hang
 past --timeout-s + 5 s, a reset, or a wrong status or translation); then the server's
 RSS at start / before SIGTERM, /v1/ready's answers during the drain and the exit
-status. Requests cut by the shutdown (refused, or a keep-alive race) are counted apart.
+status. Requests cut by the shutdown (refused, reset, or 503 draining because their
+handler began after SIGTERM) are counted apart.
 Exits 1 when a target is missed: every valid request answered correctly, every hostile
 one its 4xx, the server up until SIGTERM, the drain answering 503 and exiting 0, RSS
 before SIGTERM within 10% (or 32 MiB) of its reading after the first quarter.
@@ -128,7 +129,7 @@ class Run:
 
     def record(self, kind: str, started: float, status, failure: str | None) -> None:
         with self.lock:
-            cut = self.sigterm_at is not None and failure in ("refused", "reset")
+            cut = self.sigterm_at is not None and failure in ("refused", "reset", "draining")
             self.outcomes[kind].append((status, time.monotonic() - started,
                                         "cut" if cut else failure))
             self.done += 1
@@ -152,6 +153,8 @@ def exchange(port: int, parts: list[bytes], pause: float) -> tuple[int, bytes]:
 
 def check(run: Run, kind: str, body_sent: bytes, status: int, data: bytes,
           allowed: set | None) -> str | None:
+    if status == 503 and b'"reason":"draining"' in data:
+        return "draining"  # its handler began after SIGTERM: cut, if SIGTERM was sent
     if status >= 500:
         return "5xx"
     if allowed is not None and status not in allowed:
