@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import sentencepiece as spm
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="the CTranslate2 export needs the export extra: "
@@ -295,3 +296,24 @@ def test_one_converter_writes_every_quantization_and_leaves_the_params_alone(tok
     for quantization, bound in (("float16", 0.01), ("int8", 0.25)):
         error = np.abs(scores[quantization] - scores["float32"]).max()
         assert 0 < error <= bound, (quantization, error)
+
+
+def test_a_source_over_max_len_is_ctranslate2s_error_naming_the_positions(tmp_path):
+    """The export stores positions up to model.max_len (jformer has none beyond): a longer
+    source gets CTranslate2's own error, naming the limit, not a silent wrong answer.
+    jformer itself splits such inputs (decode.overlong="split"); a CTranslate2 user splits
+    before translating (docs/interop.md)."""
+    out = ct2_export.export_workdir(LEGACY, tmp_path / "ct2")
+    ct2 = ctranslate2.Translator(out, device="cpu", intra_threads=1)
+    translator = Translator.from_checkpoint(LEGACY)
+    max_len = translator.model_cfg.max_len
+    long = " ".join(["Five red apples cost ten euros."] * 12)
+    # sentencepiece's pieces as a deployer gets them (jformer's own encoding would split)
+    pieces = spm.SentencePieceProcessor(model_file=translator.tokenizer.path).encode(
+        long, out_type=str)
+    assert len(pieces) > max_len
+    (fits,) = ct2_pieces(translator, ["Five red apples cost ten euros."])
+    assert ct2.translate_batch([fits], max_decoding_length=8)[0].hypotheses[0]
+    with pytest.raises(RuntimeError, match=f"No position encodings are defined for "
+                                           f"positions >= {max_len}"):
+        ct2.translate_batch([pieces], max_decoding_length=8)
