@@ -6,7 +6,7 @@ import pytest
 from jformer.config import ModelConfig
 from jformer.data.batching import BatchIterator, BatchOptions
 from jformer.data.ragged import RaggedArray
-from jformer.train.losses import smoothed_cross_entropy
+from jformer.model.losses import smoothed_cross_entropy
 from jformer.model.transformer import Transformer
 
 PAD, EOS = 0, 3

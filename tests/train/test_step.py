@@ -13,7 +13,7 @@ from jformer.model.transformer import Transformer
 from jformer.train.schedules import make_optimizer
 from jformer.mesh import make_mesh
 from jformer.train.sharding import DataParallel
-from jformer.train.losses import smoothed_cross_entropy
+from jformer.model.losses import smoothed_cross_entropy
 from jformer.train.step import (create_train_state, make_eval_step, make_loss_fn,
                                  make_train_step)
 
