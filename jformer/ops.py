@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from jformer.config import ModelConfig, resolve_kernels
 from jformer.kernels.ops import CPU
+from jformer.model import Transformer
 from jformer.model.ops import STOCK, Ops
 
 
 def resolve(cfg: ModelConfig, platform: str | None = None) -> Ops:
     """The set ``cfg.kernels`` names for ``platform`` (None: the default backend)."""
     return CPU if resolve_kernels(cfg.kernels, platform) == "cpu" else STOCK
+
+
+def transformer(cfg: ModelConfig, platform: str | None = None) -> Transformer:
+    """The translation model of ``cfg`` with the set :func:`resolve` picks."""
+    return Transformer(cfg, resolve(cfg, platform))

@@ -128,6 +128,9 @@ class Decoder(_Stack):
         if self.cfg.tie_output:
             return (self.embed.embedding.astype(dtype_of(self.cfg)),
                     self.output_bias if self.cfg.output_bias else None)
+        # On no rows: binds the layer's parameters (created here when ``init`` runs
+        # through ``features``) and computes nothing.
+        self.output_projection(jnp.zeros((0, self.cfg.d_model), dtype_of(self.cfg)))
         p = self.output_projection.variables["params"]
         return p["kernel"].T.astype(dtype_of(self.cfg)), p["bias"]
 
@@ -254,15 +257,16 @@ class Transformer(nn.Module):
                  targets_segmentation: Array | None = None,
                  inputs_position: Array | None = None, targets_position: Array | None = None,
                  deterministic: bool = True) -> tuple[Array, Array, Array | None]:
-        """``__call__`` stopped before the output projection, for a loss that fuses it.
+        """``__call__`` as the decoder's final states and the output projection (paper
+        Figure 1: the decoder stack, then the Linear before the softmax).
 
         Returns (final decoder states [batch, tgt_len, d_model], output weights
         [vocab, d_model], output bias [vocab] or None): the logits are
-        states . weights^T + bias (``jformer.model.losses.projected_cross_entropy``).
+        states . weights^T + bias, which ``Ops.loss`` scores.
         """
         states = self._teacher_forced(inputs, targets, inputs_segmentation,
                                       targets_segmentation, inputs_position, targets_position,
-                                      deterministic, False)
+                                      deterministic)
         return (states, *self.output_layer())
 
     def output_layer(self) -> tuple[Array, Array | None]:
@@ -308,8 +312,9 @@ class Transformer(nn.Module):
         rows = cache.rows
         shape, dtype = getattr(tokens, "shape", None), getattr(tokens, "dtype", None)
         if shape != (rows,) or not jnp.issubdtype(dtype, jnp.integer):
-            raise ValueError(f"tokens must be an integer array [{rows}] (the cache's rows); "
-                             f"got {dtype} "
+            of = "" if rows == cache.source_valid.shape[0] else ": sources x beam"
+            raise ValueError(f"tokens must be an integer array [{rows}] (the cache's rows"
+                             f"{of}); got {dtype} "
                              f"{shape if shape is not None else type(tokens).__name__}")
         return self.decoder.step(tokens, step, cache)
 

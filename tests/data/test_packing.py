@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from jformer.config import ModelConfig
+from jformer.ops import resolve
 from jformer.data.batching import BatchIterator, BatchOptions
 from jformer.data.ragged import RaggedArray
 from jformer.model.losses import smoothed_cross_entropy
@@ -27,7 +28,7 @@ def test_packed_batch_gives_the_unpacked_per_sentence_loss():
     options = BatchOptions(max_tokens=4 * 24, boundaries=(8, 16, 24), pad_id=PAD, shuffle=False,
                            repeat=False, pack=True, pack_len=24)
     it = BatchIterator(RaggedArray.from_rows(src), RaggedArray.from_rows(tgt), options)
-    model = Transformer(CFG)
+    model = Transformer(CFG, resolve(CFG))
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.int32),
                         np.zeros((1, 4), np.int32))
     apply = jax.jit(model.apply)
