@@ -41,7 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer import search as decode  # noqa: E402
-from jformer.ops import resolve, transformer  # noqa: E402
+from jformer.ops import transformer  # noqa: E402
 from jformer.search.beam import beam_search  # noqa: E402
 from jformer.config import ModelConfig  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
@@ -96,7 +96,7 @@ def _ints(text: str) -> list[int]:
 
 def recompute_search(params, inputs_BS, *, model_cfg: ModelConfig, spec: SearchSpec):
     """The baseline: every step re-runs the teacher-forced decoder on the output buffer."""
-    model = Transformer(model_cfg, resolve(model_cfg))
+    model = transformer(model_cfg)
     variables = {"params": params}
     batch, width = inputs_BS.shape[0], spec.beam_size
     encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
@@ -252,7 +252,7 @@ def print_memory_floor(configs: list[str], rows: list[dict]) -> None:
     for name in configs:
         cfg = CONFIGS[name]
         dummy = jnp.zeros((1, 4), jnp.int32)
-        shapes = jax.eval_shape(lambda: Transformer(cfg, resolve(cfg)).init(jax.random.key(0), dummy,
+        shapes = jax.eval_shape(lambda: transformer(cfg).init(jax.random.key(0), dummy,
                                                               dummy))["params"]
         step_bytes = step_weight_bytes(cfg, shapes)
         cached = read_bandwidth(step_bytes, repeats=30)
@@ -279,7 +279,7 @@ def main(args: argparse.Namespace) -> None:
     for name in configs:
         cfg = CONFIGS[name]
         dummy = jnp.zeros((1, 4), jnp.int32)
-        params = jax.jit(Transformer(cfg, resolve(cfg)).init)(jax.random.key(0), dummy, dummy)["params"]
+        params = jax.jit(transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
         for batch in _ints(args.batches):
             for beam in _ints(args.beams):
                 row = measure(name, params, batch, beam, GEN_LEN, repeats,

@@ -61,7 +61,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer.cli.cpu_malloc import HUGEPAGE_ENV  # noqa: E402  (after the path insert)
-from jformer.ops import resolve
+from jformer.ops import transformer
 from jformer.files import write_json  # noqa: E402
 
 BATCH, SRC_LEN, TGT_LEN = 64, 32, 32
@@ -218,7 +218,6 @@ def _build(config: str, dtype: str, dropout: float, kernels: str = "auto",
     """The compiled one-device train step, its state and 4 device batches."""
     import jax
     from jformer.config import ModelConfig, TrainConfig
-    from jformer.model.transformer import Transformer
     from jformer.train.schedules import make_optimizer
     from jformer.mesh import make_mesh
     from jformer.train.sharding import DataParallel
@@ -227,7 +226,7 @@ def _build(config: str, dtype: str, dropout: float, kernels: str = "auto",
     cfg = ModelConfig(**CONFIGS[config], dropout_rate=dropout, max_len=64, dtype=dtype,
                       kernels=kernels)
     tcfg = TrainConfig(label_smoothing=0.1, compute_dtype=dtype)
-    model = Transformer(cfg, resolve(cfg))
+    model = transformer(cfg)
     tx, schedule = make_optimizer(tcfg, cfg.d_model)
     dp = DataParallel(make_mesh(jax.devices()[:1]))  # what a one-CPU user runs
     step = dp.compile(make_train_step(model, tx, label_smoothing=tcfg.label_smoothing,

@@ -42,8 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_decode import ALPHA, CONFIGS, SRC_LEN  # noqa: E402
 from jformer.inference.batch_decode import SearchSpec, decode_batch, prepare  # noqa: E402
-from jformer.ops import resolve, transformer  # noqa: E402
-from jformer.model.transformer import Transformer  # noqa: E402
+from jformer.ops import transformer  # noqa: E402
+
 
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\w+)\[([\d,]*)\]\S* (\w[\w\-]*)\(")
 _CALLS = re.compile(r"calls=%([\w.\-]+)")
@@ -197,7 +197,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     cfg = dataclasses.replace(CONFIGS[args.config], dtype=args.dtype)
     dummy = jnp.ones((1, SRC_LEN), jnp.int32)
-    params = jax.jit(Transformer(cfg, resolve(cfg)).init)(jax.random.key(0), dummy, dummy)["params"]
+    params = jax.jit(transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
     inputs = np.random.default_rng(0).integers(4, cfg.vocab_size, (args.batch, SRC_LEN))
     inputs = inputs.astype(np.int32)
     inputs[:, -1] = cfg.eos_id

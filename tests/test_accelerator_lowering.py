@@ -15,7 +15,7 @@ from jformer.config import DecodeConfig, ModelConfig, TrainConfig
 from jformer.inference.batch_decode import SearchSpec, decode_batch
 from jformer.kernels.scope import SCOPE
 from jformer.mesh import make_mesh
-from jformer.ops import resolve
+from jformer.ops import resolve, transformer
 from jformer.model import STOCK, Transformer
 from jformer.train.schedules import make_optimizer
 from jformer.train.sharding import DataParallel
@@ -47,7 +47,7 @@ def shapes(tree):
 
 def train_and_eval_modules(platform: str) -> list[str]:
     cfg = CFG.for_platform(platform)
-    model = Transformer(cfg, resolve(cfg))
+    model = transformer(cfg)
     tx, schedule = make_optimizer(TrainConfig(), cfg.d_model)
     dp = DataParallel(make_mesh(jax.devices()[:1]))
     batch = {"inputs": np.ones((4, 16), np.int32), "targets": np.ones((4, 16), np.int32)}

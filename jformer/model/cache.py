@@ -67,15 +67,16 @@ class CacheLayout:
 
     def init(self, cross: list[tuple[Array, Array]], source_valid_BS: Array, max_len: int,
              beam_size: int | None, heads: int, head_dim: int, dtype) -> DecodeCache:
-        """Zeroed buffers for ``max_len`` positions of one row per source, and the cross K/V
-        of every layer (``beam_size``: the search tiles the rows)."""
-        shape = (source_valid_BS.shape[0], max_len, heads, head_dim)
+        """Zeroed buffers for ``max_len`` positions of ``beam_size`` rows per source (None:
+        one; row b*W + w: hypothesis w of source b), and the cross K/V of every layer."""
+        shape = (source_valid_BS.shape[0] * (beam_size or 1), max_len, heads, head_dim)
         zeros = tuple(jnp.zeros(shape, dtype) for _ in cross)
         return DecodeCache(self_k=zeros, self_v=zeros, cross_k=tuple(k for k, _ in cross),
                            cross_v=tuple(v for _, v in cross), source_valid=source_valid_BS)
 
     def beam_rows(self, beam_size: int) -> int | None:
-        """``init``'s beam_size for a beam search of ``beam_size``: None, rows are tiled."""
+        """``init``'s beam_size in a beam search of ``beam_size``: None, one row per source,
+        which the search tiles."""
         return None
 
     def prepare(self, model, params: PyTree, portable: bool = False) -> PyTree:

@@ -224,7 +224,8 @@ class Transformer(nn.Module):
                inputs_segmentation: Array | None = None,
                targets_segmentation: Array | None = None,
                targets_position: Array | None = None, deterministic: bool = True) -> Array:
-        """Teacher-forced logits float32 [batch, tgt_len, vocab] from encoded [batch, src_len, d_model]."""
+        """Teacher-forced logits float32 [batch, tgt_len, vocab] from encoded
+        [batch, src_len, d_model]."""
         return self.decoder.project(self._decode(
             encoded, inputs, targets, inputs_segmentation, targets_segmentation,
             targets_position, deterministic))

@@ -162,7 +162,8 @@ class FinetuneTask(Task):
         cfg = bert_tasks.resolve(raw, tok, bert=dataclasses.replace(
             early.bert, num_labels=max(len(labels), 2)),
             finetune=dataclasses.replace(early.finetune, labels=labels))
-        return Built(cfg, Bert(cfg.model, cfg.bert, self.kind, ops=resolve(cfg.model)), data["train"], data["eval"])
+        model = Bert(cfg.model, cfg.bert, self.kind, ops=resolve(cfg.model))
+        return Built(cfg, model, data["train"], data["eval"])
 
     # ------------------------------------------------------------------ model, loss
     def init_params(self, job, rng, example):

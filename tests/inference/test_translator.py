@@ -20,7 +20,7 @@ import pytest
 
 from jformer.kernels.topk import beam_candidates
 from jformer.search import beam as beam_search
-from jformer.ops import resolve
+from jformer.ops import transformer
 from jformer import files
 from jformer.inference import batch_decode
 from jformer.inference import buckets as bucketing
@@ -30,7 +30,7 @@ from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, Train
                             from_config_dict, to_dict)
 from jformer.data import demo_corpus
 from jformer.model.masks import NEG_INF
-from jformer.model.transformer import Transformer
+
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.translator import Hypothesis, Translator
 
@@ -49,7 +49,7 @@ def words_of_corpus() -> list[str]:
 @functools.cache
 def _random_params(cfg: ModelConfig) -> dict:
     dummy = jnp.zeros((1, 4), jnp.int32)
-    init = jax.jit(Transformer(cfg, resolve(cfg)).init)  # eager init would dispatch op by op
+    init = jax.jit(transformer(cfg).init)  # eager init would dispatch op by op
     return jax.device_get(init(jax.random.key(0), dummy, dummy)["params"])
 
 
@@ -134,7 +134,7 @@ def test_step_logits_equal_teacher_forced_logits(translator, setup):
     inputs_BS = rng.integers(4, cfg.vocab_size, (2, 7)).astype(np.int32)
     inputs_BS[0, 5:] = cfg.pad_id
     targets_BT = rng.integers(4, cfg.vocab_size, (2, 6)).astype(np.int32)
-    expected_BTV = np.asarray(jax.jit(Transformer(cfg, resolve(cfg)).apply)({"params": params}, inputs_BS,
+    expected_BTV = np.asarray(jax.jit(transformer(cfg).apply)({"params": params}, inputs_BS,
                                                               targets_BT))
     decoder_in_BT = np.concatenate([np.full((2, 1), cfg.bos_id), targets_BT[:, :-1]], 1)
     step_fn, state = translator.step_fn(inputs_BS, max_len=8)
@@ -413,7 +413,7 @@ def test_slot_addressed_beam_cache_steps_equal_teacher_forcing(setup):
     # a random parent choice (repeats included) remaps the slot table. Each hypothesis'
     # logits must still be the teacher-forced logits of its own prefix.
     cfg, params, _ = setup
-    model, rng = Transformer(cfg, resolve(cfg)), np.random.default_rng(3)
+    model, rng = transformer(cfg), np.random.default_rng(3)
     batch, beams, steps = 2, 3, 6
     inputs_BS = rng.integers(4, cfg.vocab_size, (batch, 7)).astype(np.int32)
     inputs_BS[1, 4:] = cfg.pad_id
@@ -448,7 +448,7 @@ def test_slot_addressed_beam_cache_steps_equal_teacher_forcing(setup):
 @pytest.mark.parametrize("beam_size", [2, 4])
 def test_slot_addressed_beam_search_equals_reordering_the_rows(setup, beam_size):
     cfg, params, tok = setup
-    model = Transformer(cfg, resolve(cfg))
+    model = transformer(cfg)
     inputs_BS = np.full((3, 16), cfg.pad_id, np.int32)
     for b, ids in enumerate(tok.encode_lists(SHORT[:2] + SHORT[3:4])):
         inputs_BS[b, :len(ids)] = ids

@@ -85,7 +85,7 @@ def _params(cfg):
     """Random parameters of cfg's shapes (no zero biases or unit scales), without the
     seconds a Transformer.init takes."""
     x = jnp.ones((1, 4), jnp.int32)
-    shapes = jax.eval_shape(Transformer(cfg, resolve(cfg)).init, jax.random.key(1), x, x)["params"]
+    shapes = jax.eval_shape(transformer(cfg).init, jax.random.key(1), x, x)["params"]
     rng = np.random.default_rng(2)
     return jax.tree.map(lambda s: jnp.asarray(0.3 * rng.normal(size=s.shape), s.dtype), shapes)
 
@@ -113,7 +113,7 @@ def test_packed_decode_step_gives_the_same_logits(variant):
     params = _params(cfg)
     # every weight matrix a step multiplies by: 4 per attention pair, 2 FFN, per layer
     assert len(jax.tree.leaves(packed_weights(cfg, params))) == 6 * cfg.num_decoder_layers + 1
-    model = Transformer(cfg, resolve(cfg))
+    model = transformer(cfg)
     inputs = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], np.int32)
     cache = jax.jit(lambda p, x: encode_and_init(model, p, x, 6))(params, jnp.asarray(inputs))
     tokens = jnp.array([2, 11])
