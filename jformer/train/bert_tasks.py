@@ -39,7 +39,7 @@ from jformer.model.bert import Bert, init_params
 from jformer.train import warm_start
 from jformer.train.config_checks import changed_model_fields, validate_config
 from jformer.train.evaluation import eval_sums
-from jformer.ops import resolve
+from jformer import ops as ops_lib
 from jformer.train.step import make_evaluation_step, make_step
 from jformer.train.tasks import Built, Task
 
@@ -167,7 +167,7 @@ class PretrainTask(Task):
                                          eval_data.batches, tok.vocab_size)
         cfg = resolve(raw, tok)
         return Built(cfg, Bert(cfg.model, cfg.bert, "pretrain", p.next_sentence,
-                          resolve(cfg.model)),
+                          ops_lib.resolve(cfg.model)),
                      train_data, eval_data)
 
     def init_params(self, job, rng, example):
