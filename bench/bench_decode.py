@@ -41,14 +41,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer import search as decode  # noqa: E402
+from jformer.ops import transformer  # noqa: E402
+from jformer.search.beam import beam_search  # noqa: E402
 from jformer.config import ModelConfig  # noqa: E402
-from jformer.mesh import make_mesh  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
 from jformer.model.transformer import Transformer  # noqa: E402
-from jformer.search.beam import beam_search  # noqa: E402
 from jformer.workdir.files import write_json  # noqa: E402
-from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,  # noqa: E402
-                               output_matrix, packed_weights)
+from jformer.mesh import make_mesh  # noqa: E402
+from jformer.inference.batch_decode import SearchSpec, decode_batch, decode_batch_parallel  # noqa: E402
 
 CONFIGS = {
     "small": ModelConfig(vocab_size=8192, d_model=256, num_heads=4, d_ff=1024,
@@ -96,7 +96,7 @@ def _ints(text: str) -> list[int]:
 
 def recompute_search(params, inputs_BS, *, model_cfg: ModelConfig, spec: SearchSpec):
     """The baseline: every step re-runs the teacher-forced decoder on the output buffer."""
-    model = Transformer(model_cfg)
+    model = transformer(model_cfg)
     variables = {"params": params}
     batch, width = inputs_BS.shape[0], spec.beam_size
     encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
@@ -157,20 +157,22 @@ def prepare(name: str, params, batch: int, beam: int, gen_len: int, chunk_size: 
     spec = SearchSpec("beam" if beam > 1 else "greedy", beam, max_len=gen_len,
                       min_len=gen_len, chunk_size=chunk_size)
     # Prepared once per model, like Translator does (not part of a decode call).
-    output_DV = jax.block_until_ready(output_matrix(cfg, params))
-    packed = jax.block_until_ready(packed_weights(cfg, params) if rows_kernel else None)
-    args = (params, output_DV, inputs_BS, np.ones(batch, bool), jax.random.key(0),
-            np.float32(ALPHA if beam > 1 else 0.0), np.float32(1.0), packed)
+    # (rows_kernel off: as a portable program, without the packed weights)
+    model = transformer(cfg)
+    prepared = jax.block_until_ready(
+        model.ops.cache.prepare(model, params, portable=not rows_kernel))
+    args = (params, prepared, inputs_BS, np.ones(batch, bool), jax.random.key(0),
+            np.float32(ALPHA if beam > 1 else 0.0), np.float32(1.0))
+    static = dict(model_cfg=cfg, ops=model.ops, spec=spec)
     split = devices > 1 and batch % devices == 0
     if split:
         mesh = make_mesh(jax.devices()[:devices])
         replicated = NamedSharding(mesh, PartitionSpec())
-        args = (jax.device_put(params, replicated), jax.device_put(output_DV, replicated),
-                *args[2:-1], jax.device_put(packed, replicated))
-        compiled, compile_s = _compile(decode_batch_parallel, args, model_cfg=cfg, spec=spec,
-                                       mesh=mesh)
+        args = (jax.device_put(params, replicated), jax.device_put(prepared, replicated),
+                *args[2:])
+        compiled, compile_s = _compile(decode_batch_parallel, args, mesh=mesh, **static)
     else:
-        compiled, compile_s = _compile(decode_batch, args, model_cfg=cfg, spec=spec)
+        compiled, compile_s = _compile(decode_batch, args, **static)
     row = dict(config=name, batch=batch, beam=beam, compile_s=compile_s,
                devices=devices if split else ("1" if devices == 1 else f"1 of {devices}"),
                cached=None, recompute=None, same=None)
@@ -186,8 +188,7 @@ def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int
     row["cached"] = batch * gen_len / _time(compiled, args, repeats)
     if recompute:
         cfg = dataclasses.replace(CONFIGS[name], dtype=dtype)
-        inputs_BS = args[2]
-        r_args = (params, inputs_BS)
+        r_args = (params, args[2])
         r_compiled, _ = _compile(_RECOMPUTE, r_args, model_cfg=cfg, spec=spec)
         row["recompute"] = batch * gen_len / _time(r_compiled, r_args, repeats)
         cached_tokens = np.asarray(compiled(*args).tokens)
@@ -261,7 +262,7 @@ def print_memory_floor(configs: list[str], rows: list[dict]) -> None:
     for name in configs:
         cfg = CONFIGS[name]
         dummy = jnp.zeros((1, 4), jnp.int32)
-        shapes = jax.eval_shape(lambda: Transformer(cfg).init(jax.random.key(0), dummy,
+        shapes = jax.eval_shape(lambda: transformer(cfg).init(jax.random.key(0), dummy,
                                                               dummy))["params"]
         step_bytes = step_weight_bytes(cfg, shapes)
         cached = read_bandwidth(step_bytes, repeats=30)
@@ -288,7 +289,7 @@ def main(args: argparse.Namespace) -> None:
     for name in configs:
         cfg = CONFIGS[name]
         dummy = jnp.zeros((1, 4), jnp.int32)
-        params = jax.jit(Transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
+        params = jax.jit(transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
         for batch in _ints(args.batches):
             for beam in _ints(args.beams):
                 row = measure(name, params, batch, beam, GEN_LEN, repeats,

@@ -44,6 +44,7 @@ import ctranslate2  # noqa: E402
 
 import bench_decode  # noqa: E402
 from jformer.interop.ctranslate2 import JformerConverter  # noqa: E402
+from jformer.ops import transformer
 from jformer.model import Transformer  # noqa: E402
 
 SRC_LEN, GEN_LEN = bench_decode.SRC_LEN, bench_decode.GEN_LEN
@@ -126,7 +127,7 @@ def main(args: argparse.Namespace) -> None:
     repeats, threads = (2, [1]) if args.quick else (args.repeats, _ints(args.threads))
     cfg = bench_decode.CONFIGS[args.config]
     dummy = jnp.zeros((1, 4), jnp.int32)
-    params = jax.jit(Transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
+    params = jax.jit(transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
     print(f"jax {jax.__version__}, ctranslate2 {ctranslate2.__version__}, {os.cpu_count()} "
           f"CPUs; {args.config} config, random params, source length {SRC_LEN}, {GEN_LEN} "
           f"generated tokens per sentence, median of {repeats} calls")

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jformer.kernels import dropout, fused_loss, layernorm, matmul, tied_logits, topk
-from jformer.train.losses import smoothed_cross_entropy
+from jformer.model.losses import smoothed_cross_entropy
 
 ROWS, D, F, V = 64 * 32, 256, 1024, 8192  # small config, batch 64 x 32 target tokens
 DECODE_ROWS, BEAM = 32, 4

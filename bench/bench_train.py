@@ -217,16 +217,16 @@ def _build(config: str, dtype: str, dropout: float, kernels: str = "auto",
     """The compiled one-device train step, its state and 4 device batches."""
     import jax
     from jformer.config import ModelConfig, TrainConfig
-    from jformer.model.transformer import Transformer
     from jformer.train.schedules import make_optimizer
     from jformer.mesh import make_mesh
+    from jformer.ops import transformer
     from jformer.train.sharding import DataParallel
     from jformer.train.step import create_train_state, make_train_step
 
     cfg = ModelConfig(**CONFIGS[config], dropout_rate=dropout, max_len=64, dtype=dtype,
                       kernels=kernels)
     tcfg = TrainConfig(label_smoothing=0.1, compute_dtype=dtype)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     tx, schedule = make_optimizer(tcfg, cfg.d_model)
     dp = DataParallel(make_mesh(jax.devices()[:1]))  # what a one-CPU user runs
     step = dp.compile(make_train_step(model, tx, label_smoothing=tcfg.label_smoothing,

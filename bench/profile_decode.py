@@ -41,8 +41,9 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_decode import ALPHA, CONFIGS, SRC_LEN  # noqa: E402
-from jformer.inference.batch_decode import SearchSpec, decode_batch, output_matrix  # noqa: E402
-from jformer.model.transformer import Transformer  # noqa: E402
+from jformer.inference.batch_decode import SearchSpec, decode_batch, prepare  # noqa: E402
+from jformer.ops import transformer  # noqa: E402
+
 
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\w+)\[([\d,]*)\]\S* (\w[\w\-]*)\(")
 _CALLS = re.compile(r"calls=%([\w.\-]+)")
@@ -196,15 +197,16 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     cfg = dataclasses.replace(CONFIGS[args.config], dtype=args.dtype)
     dummy = jnp.ones((1, SRC_LEN), jnp.int32)
-    params = jax.jit(Transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
+    params = jax.jit(transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
     inputs = np.random.default_rng(0).integers(4, cfg.vocab_size, (args.batch, SRC_LEN))
     inputs = inputs.astype(np.int32)
     inputs[:, -1] = cfg.eos_id
     spec = SearchSpec("beam" if args.beam > 1 else "greedy", args.beam, max_len=args.len,
                       min_len=args.len)
-    call_args = (params, output_matrix(cfg, params), inputs, np.ones(args.batch, bool),
+    model = transformer(cfg)
+    call_args = (params, prepare(model, params), inputs, np.ones(args.batch, bool),
                  jax.random.key(0), np.float32(ALPHA if args.beam > 1 else 0.0))
-    compiled = decode_batch.lower(*call_args, model_cfg=cfg, spec=spec).compile()
+    compiled = decode_batch.lower(*call_args, model_cfg=cfg, ops=model.ops, spec=spec).compile()
 
     def run():
         jax.block_until_ready(compiled(*call_args))

@@ -1,6 +1,6 @@
 """The accelerator path, guarded without an accelerator: the train step, the eval step and
 greedy and beam translation, lowered with ``jax.export`` for CUDA and TPU under
-model.kernels="auto", hold no CPU kernel (every one names its ops
+model.kernels="auto", take no prepared CPU value and hold no CPU kernel (every one names its ops
 ``cpu_kernel.<name>``, jformer/kernels/scope.py), no CPU-only custom call and no
 optimisation barrier (it would force copies XLA would not make on those chips)."""
 import re
@@ -15,7 +15,8 @@ from jformer.config import DecodeConfig, ModelConfig, TrainConfig
 from jformer.inference.batch_decode import SearchSpec, decode_batch
 from jformer.kernels.scope import SCOPE
 from jformer.mesh import make_mesh
-from jformer.model import Transformer
+from jformer.ops import resolve, transformer
+from jformer.model import STOCK, Transformer
 from jformer.train.schedules import make_optimizer
 from jformer.train.sharding import DataParallel
 from jformer.train.step import create_train_state, make_eval_step, make_train_step
@@ -46,7 +47,7 @@ def shapes(tree):
 
 def train_and_eval_modules(platform: str) -> list[str]:
     cfg = CFG.for_platform(platform)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     tx, schedule = make_optimizer(TrainConfig(), cfg.d_model)
     dp = DataParallel(make_mesh(jax.devices()[:1]))
     batch = {"inputs": np.ones((4, 16), np.int32), "targets": np.ones((4, 16), np.int32)}
@@ -60,19 +61,41 @@ def train_and_eval_modules(platform: str) -> list[str]:
             lowered(evaluate, platform, state.params, batch)]
 
 
+def prepared_value(platform: str):
+    """(the set "auto" resolves to for ``platform``, what its decode programs take prepared)."""
+    cfg = CFG.for_platform(platform)
+    ops = resolve(CFG, platform)
+    params = jax.eval_shape(lambda: Transformer(cfg, ops).init(
+        jax.random.key(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)))["params"]
+    model = Transformer(cfg, ops)
+    prepared = jax.eval_shape(lambda p: ops.cache.prepare(model, p, portable=True), params)
+    return ops, shapes(params), prepared
+
+
 def translate_modules(platform: str) -> list[str]:
     cfg = CFG.for_platform(platform)
-    params = shapes(jax.eval_shape(lambda: Transformer(cfg).init(
-        jax.random.key(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)))["params"])
+    ops, params, prepared = prepared_value(platform)
     inputs = jax.ShapeDtypeStruct((4, 16), jnp.int32)
     valid = jax.ShapeDtypeStruct((4,), jnp.bool_)
     keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 4))
     out = []
     for spec in (SearchSpec("greedy", 1, 24), SearchSpec("beam", 4, 24)):
-        out.append(lowered(decode_batch, platform, params, None, inputs, valid, keys,
+        out.append(lowered(decode_batch, platform, params, prepared, inputs, valid, keys,
                            np.float32(DecodeConfig().alpha), np.float32(1.0),
-                           model_cfg=cfg, spec=spec))
+                           model_cfg=cfg, ops=ops, spec=spec))
     return out
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_accelerator_programs_take_no_prepared_cpu_value(platform):
+    ops, _, prepared = prepared_value(platform)
+    assert ops is STOCK
+    assert jax.tree.leaves(prepared) == [], prepared
+
+
+def test_the_cpu_programs_do_take_a_prepared_value():
+    """The check above can fail: on the CPU "auto" prepares the output matrix."""
+    assert jax.tree.leaves(prepared_value("cpu")[2])
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])

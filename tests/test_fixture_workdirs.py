@@ -27,7 +27,7 @@ def teacher_forced_logits(tr: Translator, inputs, targets):
     # the restructuring of jformer.model updates this line.
     from jformer.model import Transformer
 
-    return Transformer(tr.model_cfg).apply({"params": tr.params}, inputs, targets)
+    return Transformer(tr.model_cfg, tr.ops).apply({"params": tr.params}, inputs, targets)
 
 
 def test_bf16_workdir_translates_to_the_same_output():

@@ -43,7 +43,7 @@ def test_old_workdir_translates_to_the_same_output(expected, kernels):
 @pytest.mark.parametrize("kernels", ["cpu", "plain"])
 def test_old_workdir_gives_the_same_logits(expected, kernels):
     tr = translator(kernels)
-    logits = Transformer(tr.model_cfg).apply(
+    logits = Transformer(tr.model_cfg, tr.ops).apply(
         {"params": tr.params}, np.asarray(expected["logits_inputs"], np.int32),
         np.asarray(expected["logits_targets"], np.int32))
     np.testing.assert_allclose(logits, np.load(os.path.join(FIXTURE, "expected_logits.npy")),

@@ -57,7 +57,8 @@ def attention_weights(translator: Translator, sentence: str
         output_T = translator.translate([sentence], method="greedy",
                                         return_scores=True)[0].ids
     inputs_1S, targets_1T = source_S[None], output_T[None]
-    forward = jax.jit(functools.partial(Transformer(cfg).apply, mutable=["intermediates"]))
+    model = Transformer(cfg, translator.ops)
+    forward = jax.jit(functools.partial(model.apply, mutable=["intermediates"]))
     _, state = forward({"params": translator.params}, inputs_1S, targets_1T)
     tree = state["intermediates"]
     weights = {}

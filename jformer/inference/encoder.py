@@ -29,6 +29,7 @@ from jformer.data.finetuning import Example
 from jformer.data.pretraining import Specials
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.restore import load_workdir
+from jformer.ops import resolve
 from jformer.model.bert import Bert
 from jformer.types import PyTree
 
@@ -50,7 +51,7 @@ class EncoderPredictor:
         self.specials = Specials.from_tokenizer(tokenizer)
         self.batch_size = batch_size
         self.set_params(params)
-        model = Bert(cfg.model, cfg.bert, head=kind)
+        model = Bert(cfg.model, cfg.bert, head=kind, ops=resolve(cfg.model))
         method = {"classify": Bert.classify, "tag": Bert.tag, "span": Bert.spans}[kind]
         self._forward = jax.jit(lambda p, x, t: model.apply({"params": p}, x, t,
                                                             method=method))

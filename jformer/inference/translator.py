@@ -26,8 +26,7 @@ from jformer import search
 from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
-                                            encode_and_init, make_step_fn, output_matrix,
-                                            packed_weights)
+                                            encode_and_init, make_step_fn, prepare)
 from jformer.inference import memory, segment
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
 from jformer.inference.keys import key_source, source_keys
@@ -37,6 +36,7 @@ from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarnin
                                        join_hypotheses)
 from jformer.mesh import make_mesh
 from jformer.model import Transformer
+from jformer.ops import resolve
 from jformer.types import Array, PyTree
 
 METHODS = ("beam", "greedy", "sample")
@@ -87,8 +87,8 @@ class Translator:
         # the decode devices.
         self.params = jax.device_put(params, local[0] if self.mesh is None
                                      else NamedSharding(self.mesh, P()))
-        self.output_DV = output_matrix(model_cfg, self.params)
-        self.packed = packed_weights(model_cfg, self.params)  # few-row decode steps' weights
+        self.ops = resolve(model_cfg)  # model.kernels, once
+        self.prepared = prepare(Transformer(model_cfg, self.ops), self.params)
         self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
 
     @classmethod
@@ -326,11 +326,11 @@ class Translator:
         # Traced float32 scalars: another alpha or temperature reuses the compiled search.
         knobs = (np.float32(alpha), np.float32(temperature))
         if self.mesh is None:
-            out = decode_batch(self.params, self.output_DV, inputs_BS, valid_B, rng, *knobs,
-                               self.packed, model_cfg=cfg, spec=spec)
+            out = decode_batch(self.params, self.prepared, inputs_BS, valid_B, rng, *knobs,
+                               model_cfg=cfg, ops=self.ops, spec=spec)
         else:
-            out = decode_batch_parallel(self.params, self.output_DV, inputs_BS, valid_B, rng,
-                                        *knobs, self.packed, model_cfg=cfg, spec=spec,
+            out = decode_batch_parallel(self.params, self.prepared, inputs_BS, valid_B, rng,
+                                        *knobs, model_cfg=cfg, ops=self.ops, spec=spec,
                                         mesh=self.mesh)
         n = len(rows)
         tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
@@ -348,11 +348,10 @@ class Translator:
 
     def step_fn(self, inputs_BS: Array, max_len: int) -> tuple[search.StepFn, PyTree]:
         """(step_fn, state) over the cache for source ids [B, S], as the searches use it."""
-        model = Transformer(self.model_cfg)
+        model = Transformer(self.model_cfg, self.ops)
         init = jax.jit(lambda p, x: encode_and_init(model, p, x, max_len))
         cache = init(self.params, jnp.asarray(inputs_BS))
-        return make_step_fn(model, self.params, cache, output_DV=self.output_DV,
-                            packed=self.packed)
+        return make_step_fn(model, self.params, cache, prepared=self.prepared)
 
 def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
                 n_best: int, batch_size: int, max_len: int | None) -> None:

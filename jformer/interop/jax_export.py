@@ -33,9 +33,9 @@ the Translator builds for the same settings, the output length of its rule
 convention; so the outputs are the Translator's (tests/interop/test_jax_export.py). Each
 platform's programs are lowered with the model config resolved for that platform
 (:meth:`ModelConfig.for_platform`: the "cpu" kernels on the CPU, stock JAX on cuda, rocm
-and tpu); what the "cpu" kernels precompute from the parameters (the tied output
-matrix transposed to [D, V], :func:`output_matrix`) is computed inside the program from
-its params argument, once per call (outside the search loop).
+and tpu, :func:`jformer.ops.resolve`); what that set prepares from the parameters
+(:func:`jformer.inference.batch_decode.prepare`: none for the stock set) is computed inside
+the program from its params argument, once per call (outside the search loop).
 """
 from __future__ import annotations
 
@@ -55,7 +55,9 @@ from jax import export
 from jformer.config import EOS_CANDIDATES, DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
-from jformer.inference.batch_decode import SearchSpec, decode_program, output_matrix
+from jformer.inference.batch_decode import SearchSpec, decode_program
+from jformer.model import Transformer
+from jformer.ops import resolve
 from jformer.inference.buckets import output_len, source_buckets
 from jformer.inference.precision import decoding_config
 from jformer.types import Array, PyTree
@@ -182,7 +184,7 @@ def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: in
                    ) -> Callable[[dict, Array, Array], tuple[Array, Array, Array]]:
     """program(params_flat, inputs_BS, alpha) -> (tokens_BT, scores_B, finished_B) of one
     bucket, for ``model_cfg`` as resolved for the target platform (module docstring)."""
-    spec = settings.spec(out_len)
+    spec, ops = settings.spec(out_len), resolve(model_cfg)
     penalise = spec.method == "greedy" and settings.method == "beam"  # beam of width 1
     pad, eos = model_cfg.pad_id, model_cfg.eos_id
 
@@ -193,9 +195,10 @@ def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: in
         dummy_S = jnp.full(inputs_BS.shape[1:], pad, jnp.int32).at[0].set(eos)
         inputs_BS = jnp.where(valid_B[:, None], inputs_BS, dummy_S)
         # Greedy and beam search draw no randomness: the key is a placeholder.
-        out = decode_program(params, output_matrix(model_cfg, params), inputs_BS, valid_B,
-                           jax.random.key(0), alpha, jnp.float32(1.0),
-                           model_cfg=model_cfg, spec=spec)
+        # portable: the program must run where jformer's native library is not loaded
+        prepared = ops.cache.prepare(Transformer(model_cfg, ops), params, portable=True)
+        out = decode_program(params, prepared, inputs_BS, valid_B, jax.random.key(0), alpha,
+                             jnp.float32(1.0), model_cfg=model_cfg, ops=ops, spec=spec)
         tokens_BT, length_B = out.tokens[:, 0], out.lengths[:, 0]
         tokens_BT = jnp.where(jnp.arange(out_len) < length_B[:, None], tokens_BT, pad)
         scores_B = out.scores[:, 0]

@@ -1,8 +1,8 @@
 """XLA:CPU speed-ups, each the same function as the stock op it replaces.
 
-``ModelConfig.kernels`` chooses: "plain" runs stock JAX/Flax (what :mod:`jformer.model`
-shows, and what GPUs and TPUs run), "cpu" runs these, "auto" picks "cpu" on the CPU
-backend and "plain" elsewhere (:func:`jformer.config.resolve_kernels`).
+:data:`jformer.kernels.ops.CPU` is the set of :class:`~jformer.model.ops.Ops` they form;
+``ModelConfig.kernels`` chooses it or the stock set (:func:`jformer.ops.resolve`: "auto"
+picks "cpu" on the CPU backend and "plain" elsewhere).
 
 | kernel | replaces (plain form) | why on XLA:CPU |
 |---|---|---|

@@ -13,10 +13,11 @@ is innermost and copies it otherwise:
   value into beam slot w, and a small slot table says which slot holds each position of
   its prefix (:mod:`jformer.kernels.decode_cache`).
 
-The functions that project take the bound :class:`~jformer.model.attention.MultiHeadAttention`
-(``attn``) and use its parameters and ``project``; nothing here imports the model.
-Equality with the plain form: tests/kernels/test_attention.py and
-tests/model/test_kernels_switch.py; speed: kernels/README.md.
+:class:`CpuAttention` is :class:`~jformer.model.attention.MultiHeadAttention` with these
+products (same parameters); :class:`PackedAttention` is its float32 decode-step form over
+weights packed once (:mod:`jformer.kernels.rows_matmul`). Equality with the plain form:
+tests/kernels/test_attention.py and tests/model/test_kernels_switch.py; speed:
+kernels/README.md.
 """
 from __future__ import annotations
 
@@ -24,10 +25,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jformer.kernels import native_attention, rows_matmul
+from jformer.kernels import decode_cache, native_attention, rows_matmul
+from jformer.kernels.bias import add_bias
 from jformer.kernels.dropout import keep_mask
-from jformer.kernels.matmul import einsum
+from jformer.kernels.matmul import dense, einsum
 from jformer.kernels.scope import cpu_kernel
+from jformer.model.attention import MultiHeadAttention
 from jformer.types import NEG_INF, Array
 
 _BATCHED = ((0, 1), (0, 1))  # batch dims (B, H) of [B, H, ., .] x [B, H, ., .] products
@@ -123,39 +126,6 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
 
 
 @cpu_kernel
-def project_memory(attn, memory_BMD: Array) -> tuple[Array, Array]:
-    """Cross-attention keys and values of the encoder output, heads first, each [B, H, M, K]."""
-    bias_JHK = jnp.stack([jnp.zeros_like(attn.v_bias), attn.v_bias])  # keys: no bias
-    # [B, M, D] x [D, 2, H, K] -> [B, M, 2, H, K] -> [2, B, H, M, K]
-    kv_JBHMK = attn.add_bias(attn.project(memory_BMD, attn.kv_kernel),
-                             bias_JHK).transpose(2, 0, 3, 1, 4)
-    return jnp.unstack(kv_JBHMK)  # gradient: a concatenate, not pads summed
-
-
-@cpu_kernel
-def self_attend_step(attn, x_N1D: Array, cache_k: Array, cache_v: Array, index: Array,
-                     slot_BWT: Array | None) -> tuple[Array, Array, Array]:
-    """One decoder position over a per-row cache (``slot_BWT`` None: keys transposed
-    [B, H, K, max_len], values [B, H, max_len, K]) or a slot-addressed beam cache (keys
-    [B, H, K, max_len*W], values [B, H, max_len*W, K], x holding B*W hypotheses).
-    Returns (out [N, 1, D], cache_k, cache_v)."""
-    q, k, v = attn.project_qkv(x_N1D)
-    if slot_BWT is not None:
-        return _beam_step(attn, q, k, v, cache_k, cache_v, slot_BWT, index)
-    # Attention reads the buffers as they were (positions < index) and the new key and
-    # value beside them, so each buffer's update is its only other use and XLA writes it
-    # in place. (Read after the update, the buffers were copied every step: XLA fused the
-    # update into the product's batch-merging reshape as well as into the loop carry.)
-    q_BH1K, k_BH1K, v_BH1K = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
-    earlier_111T = (jnp.arange(cache_k.shape[3]) < index)[None, None, None, :]
-    ctx_BH1K = step_attention(q_BH1K, cache_k, cache_v, earlier_111T, k_BH1K, v_BH1K)
-    cache_k = lax.dynamic_update_slice(
-        cache_k, k_BH1K.transpose(0, 1, 3, 2).astype(cache_k.dtype), (0, 0, 0, index))
-    cache_v = lax.dynamic_update_slice(cache_v, v_BH1K.astype(cache_v.dtype), (0, 0, index, 0))
-    return attn.project_output(ctx_BH1K.transpose(0, 2, 1, 3)), cache_k, cache_v
-
-
-@cpu_kernel
 def step_attention(q_BHGK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array,
                    k_BHGK: Array, v_BHGK: Array) -> Array:
     """G new positions per (row, head) over decode buffers that do not hold them yet:
@@ -177,48 +147,126 @@ def step_attention(q_BHGK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array,
     return ((ctx_BHGK + own_exp_BHG1 * v_BHGK.astype(jnp.float32)) / total_BHG1).astype(dtype)
 
 
-def _beam_step(attn, q, k, v, kt_BHKX, v_BHXK, slot_BWT, index):
-    batch, beam, _ = slot_BWT.shape
-    heads, head_dim = q.shape[2:]
 
-    def to_BWHK(x_N1HK):  # [B*W, 1, H, K] -> [B, W, H, K]
-        return x_N1HK.reshape(batch, beam, heads, head_dim)
+class CpuAttention(MultiHeadAttention):
+    """Multi-head attention through this module's products; decode caches in the layouts
+    of :mod:`jformer.kernels.decode_cache` (a per-row state (keys, values), or a beam's
+    :class:`~jformer.kernels.decode_cache.SlotState`)."""
 
-    # Attention first, over the buffers as they were (see self_attend_step); then
-    # hypothesis w's key/value of position ``index`` go to slot w: W adjacent columns
-    # (keys) or rows (values) from index * W.
-    attend = (native_attention.beam_slot_attention if _native(attn, q, kt_BHKX, v_BHXK)
-              else beam_slot_attention)
-    ctx_BWHK = attend(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index, to_BWHK(k), to_BWHK(v))
-    start = index * beam
-    kt_BHKX = lax.dynamic_update_slice(
-        kt_BHKX, to_BWHK(k).transpose(0, 2, 3, 1).astype(kt_BHKX.dtype), (0, 0, 0, start))
-    v_BHXK = lax.dynamic_update_slice(
-        v_BHXK, to_BWHK(v).transpose(0, 2, 1, 3).astype(v_BHXK.dtype), (0, 0, start, 0))
-    out_N1D = attn.project_output(ctx_BWHK.reshape(batch * beam, 1, heads, head_dim))
-    return out_N1D, kt_BHKX, v_BHXK
+    def project(self, x_BLD: Array, kernel: Array) -> Array:
+        """One 2-D product with a CPU-friendly gradient (:func:`jformer.kernels.matmul.dense`)."""
+        d, *rest = kernel.shape
+        y_BLO = dense(x_BLD.astype(self.dtype), kernel.astype(self.dtype).reshape(d, -1))
+        return y_BLO.reshape(x_BLD.shape[:-1] + tuple(rest))
+
+    def add_bias(self, y: Array, bias: Array) -> Array:
+        """The bias gradient summed in float32 (:mod:`jformer.kernels.bias`)."""
+        return add_bias(y, bias)
+
+    @cpu_kernel
+    def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
+        """Cross-attention keys and values of the encoder output, heads first, each [B, H, M, K]."""
+        bias_JHK = jnp.stack([jnp.zeros_like(self.v_bias), self.v_bias])  # keys: no bias
+        # [B, M, D] x [D, 2, H, K] -> [B, M, 2, H, K] -> [2, B, H, M, K]
+        kv_JBHMK = self.add_bias(self.project(memory_BMD, self.kv_kernel),
+                                 bias_JHK).transpose(2, 0, 3, 1, 4)
+        return jnp.unstack(kv_JBHMK)  # gradient: a concatenate, not pads summed
+
+    def dot_product(self, q_BLHK, k, v, mask, memory, **options):
+        return attention(q_BLHK, k, v, mask, kv_heads_first=memory, return_weights=True,
+                         **options)
+
+    @cpu_kernel
+    def self_attend_step(self, x_N1D: Array, state, index: Array):
+        """One decoder position over a per-row state (keys transposed [B, H, K, max_len],
+        values [B, H, max_len, K]) or a beam's :class:`SlotState` (keys [B, H, K,
+        max_len*W], values [B, H, max_len*W, K], x holding B*W hypotheses).
+        Returns (out [N, 1, D], the new state)."""
+        q, k, v = self.project_qkv(x_N1D)
+        if isinstance(state, decode_cache.SlotState):
+            return self._beam_step(q, k, v, state, index)
+        cache_k, cache_v = state
+        # Attention reads the buffers as they were (positions < index) and the new key and
+        # value beside them, so each buffer's update is its only other use and XLA writes it
+        # in place. (Read after the update, the buffers were copied every step: XLA fused the
+        # update into the product's batch-merging reshape as well as into the loop carry.)
+        q_BH1K, k_BH1K, v_BH1K = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+        earlier_111T = (jnp.arange(cache_k.shape[3]) < index)[None, None, None, :]
+        ctx_BH1K = step_attention(q_BH1K, cache_k, cache_v, earlier_111T, k_BH1K, v_BH1K)
+        cache_k = lax.dynamic_update_slice(
+            cache_k, k_BH1K.transpose(0, 1, 3, 2).astype(cache_k.dtype), (0, 0, 0, index))
+        cache_v = lax.dynamic_update_slice(cache_v, v_BH1K.astype(cache_v.dtype),
+                                           (0, 0, index, 0))
+        return self.project_output(ctx_BH1K.transpose(0, 2, 1, 3)), (cache_k, cache_v)
+
+    def slot_attention(self, *args) -> Array:
+        """:func:`beam_slot_attention` (its arguments and result)."""
+        return beam_slot_attention(*args)
+
+    def _beam_step(self, q, k, v, state, index):
+        kt_BHKX, v_BHXK, slot_BWT = state
+        batch, beam, _ = slot_BWT.shape
+        heads, head_dim = q.shape[2:]
+
+        def to_BWHK(x_N1HK):  # [B*W, 1, H, K] -> [B, W, H, K]
+            return x_N1HK.reshape(batch, beam, heads, head_dim)
+
+        # Attention first, over the buffers as they were (see self_attend_step); then
+        # hypothesis w's key/value of position ``index`` go to slot w: W adjacent columns
+        # (keys) or rows (values) from index * W.
+        ctx_BWHK = self.slot_attention(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index,
+                                       to_BWHK(k), to_BWHK(v))
+        start = index * beam
+        kt_BHKX = lax.dynamic_update_slice(
+            kt_BHKX, to_BWHK(k).transpose(0, 2, 3, 1).astype(kt_BHKX.dtype), (0, 0, 0, start))
+        v_BHXK = lax.dynamic_update_slice(
+            v_BHXK, to_BWHK(v).transpose(0, 2, 1, 3).astype(v_BHXK.dtype), (0, 0, start, 0))
+        out_N1D = self.project_output(ctx_BWHK.reshape(batch * beam, 1, heads, head_dim))
+        return out_N1D, decode_cache.SlotState(kt_BHKX, v_BHXK, slot_BWT)
+
+    @cpu_kernel
+    def cross_attend_step(self, x_N1D: Array, kt_BHKM: Array, v_BHMK: Array,
+                          mask_B11M: Array) -> Array:
+        """One decoder position of N = B*G rows over the memory's decode buffers: keys
+        transposed [B, H, K, M], values [B, H, M, K]; row b*G + g reads memory b. -> [N, 1, D]."""
+        sources = kt_BHKM.shape[0]
+        if x_N1D.shape[0] % sources:
+            raise ValueError(f"cross_attend_step: x's batch ({x_N1D.shape[0]}) must be a "
+                             f"multiple of the memory batch ({sources})")
+        q_N1HK = self.project_query(x_N1D)
+        # [B*G, 1, H, K] -> [B, G, H, K] -> [B, H, G, K]: a source's rows as one product
+        q_BHGK = q_N1HK.reshape((sources, -1) + q_N1HK.shape[2:]).transpose(0, 2, 1, 3)
+        ctx_BHGK = cached_attention(q_BHGK, kt_BHKM, v_BHMK, mask_B11M)
+        # [B, H, G, K] -> [B, G, H, K] -> [B*G, 1, H, K]
+        ctx_N1HK = ctx_BHGK.transpose(0, 2, 1, 3).reshape(q_N1HK.shape)
+        return self.project_output(ctx_N1HK)
 
 
-@cpu_kernel
-def cross_attend_step(attn, x_N1D: Array, kt_BHKM: Array, v_BHMK: Array,
-                      mask_B11M: Array) -> Array:
-    """One decoder position of N = B*G rows over the memory's decode buffers: keys
-    transposed [B, H, K, M], values [B, H, M, K]; row b*G + g reads memory b. -> [N, 1, D]."""
-    sources = kt_BHKM.shape[0]
-    if x_N1D.shape[0] % sources:
-        raise ValueError(f"cross_attend_step: x's batch ({x_N1D.shape[0]}) must be a "
-                         f"multiple of the memory batch ({sources})")
-    q_N1HK = attn.project_query(x_N1D)
-    # [B*G, 1, H, K] -> [B, G, H, K] -> [B, H, G, K]: a source's rows as one product
-    q_BHGK = q_N1HK.reshape((sources, -1) + q_N1HK.shape[2:]).transpose(0, 2, 1, 3)
-    ctx_BHGK = cached_attention(q_BHGK, kt_BHKM, v_BHMK, mask_B11M)
-    # [B, H, G, K] -> [B, G, H, K] -> [B*G, 1, H, K]
-    ctx_N1HK = ctx_BHGK.transpose(0, 2, 1, 3).reshape(q_N1HK.shape)
-    return attn.project_output(ctx_N1HK)
+class PackedAttention(CpuAttention):
+    """:class:`CpuAttention` of a float32 decode step: the step's products read the weights
+    packed once from the collection ``rows_matmul.COLLECTION`` (:func:`rows_matmul.
+    pack_decoder`), and a beam's self-attention runs :mod:`jformer.kernels.native_attention`."""
 
+    def _packed(self, x_BLD: Array, name: str, columns: int) -> Array:
+        packed = self.get_variable(rows_matmul.COLLECTION, name)
+        return rows_matmul.dense(x_BLD.astype(self.dtype), packed, columns).astype(self.dtype)
 
-def _native(attn, q: Array, kt: Array, v: Array) -> bool:
-    """A float32 step that reads packed weights (so the native library is loaded) attends
-    through jformer.kernels.native_attention."""
-    return (attn.has_variable(rows_matmul.COLLECTION, "out_kernel")
-            and q.dtype == kt.dtype == v.dtype == jnp.float32)
+    def project_qkv(self, x_BLD: Array) -> tuple[Array, Array, Array]:
+        h, k = self.num_heads, self.d_model // self.num_heads
+        # [B, L, D] -> [B, L, 3 * H * K] -> [B, L, 3, H, K]
+        qkv_BLJHK = self._packed(x_BLD, "qkv_kernel", 3 * h * k).reshape(
+            x_BLD.shape[:-1] + (3, h, k))
+        q_BLHK, k_BLHK, v_BLHK = jnp.unstack(qkv_BLJHK, axis=2)
+        return (self.add_bias(q_BLHK, self.q_bias), k_BLHK, self.add_bias(v_BLHK, self.v_bias))
+
+    def project_query(self, x_BLD: Array) -> Array:
+        h, k = self.num_heads, self.d_model // self.num_heads
+        q_BLHK = self._packed(x_BLD, "q_kernel", h * k).reshape(x_BLD.shape[:-1] + (h, k))
+        return self.add_bias(q_BLHK, self.q_bias)
+
+    def project_output(self, ctx_BLHK: Array) -> Array:
+        ctx_BLO = ctx_BLHK.reshape(ctx_BLHK.shape[:2] + (-1,))  # [B, L, H, K] -> [B, L, H*K]
+        return self.add_bias(self._packed(ctx_BLO, "out_kernel", self.d_model), self.out_bias)
+
+    def slot_attention(self, *args) -> Array:
+        return native_attention.beam_slot_attention(*args)

@@ -65,8 +65,17 @@ class Dense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features),
                             jnp.float32)
         bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
-        if self.has_variable(rows_matmul.COLLECTION, "kernel"):  # a decode step's
-            packed = self.get_variable(rows_matmul.COLLECTION, "kernel")
-            y = rows_matmul.dense(x.astype(self.dtype), packed, self.features)
-            return add_bias(y.astype(self.dtype), bias)
-        return add_bias(dense(x.astype(self.dtype), kernel), bias)
+        return add_bias(self.product(x.astype(self.dtype), kernel), bias)
+
+    def product(self, x: Array, kernel: Array) -> Array:
+        """x [..., I] . kernel [I, O] in the compute dtype."""
+        return dense(x, kernel)
+
+
+class PackedDense(Dense):
+    """:class:`Dense` of a decode step, float32: the product reads the kernel packed once
+    (:mod:`jformer.kernels.rows_matmul`) from the collection ``rows_matmul.COLLECTION``."""
+
+    def product(self, x: Array, kernel: Array) -> Array:
+        packed = self.get_variable(rows_matmul.COLLECTION, "kernel")
+        return rows_matmul.dense(x, packed, self.features).astype(self.dtype)

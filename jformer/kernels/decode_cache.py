@@ -17,11 +17,55 @@ per source (a source's hypotheses read the same memory).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from jformer.kernels.scope import cpu_kernel
-from jformer.types import Array
+from jformer.model.cache import DecodeCache
+from jformer.types import Array, PyTree
+
+
+class SlotState(NamedTuple):
+    """One layer's slot-addressed beam state: keys [B, H, K, max_len*W], values
+    [B, H, max_len*W, K], and the slot table int32 [B, W, max_len] shared by all layers."""
+
+    k: Array
+    v: Array
+    slot: Array
+
+
+@struct.dataclass
+class SlotCache(DecodeCache):
+    """A :class:`~jformer.model.cache.DecodeCache` of slot-addressed beams: the buffers
+    above and ``slot``, the slot table [B, W, max_len]; a step takes B*W rows."""
+
+    slot: Array = None
+
+    @property
+    def rows(self) -> int:
+        return self.slot.shape[0] * self.slot.shape[1]
+
+    def layer(self, i: int) -> SlotState:
+        return SlotState(self.self_k[i], self.self_v[i], self.slot)
+
+    def at_step(self, index: Array) -> "SlotCache":
+        return self.replace(slot=claim_slots(self.slot, index))
+
+    def search_state(self) -> PyTree:
+        return self.self_k, self.self_v, self.slot
+
+    def with_search_state(self, state: PyTree) -> "SlotCache":
+        return self.replace(self_k=state[0], self_v=state[1], slot=state[2])
+
+
+def reorder_beam_state(state: PyTree, parent_BW: Array) -> PyTree:
+    """Beam search's ``reorder`` of a :class:`SlotCache`'s search state: remaps the slot
+    table only."""
+    self_k, self_v, slot_BWT = state
+    return self_k, self_v, reorder_slots(slot_BWT, parent_BW)
 
 
 def init_self_cache(num_layers: int, batch: int, max_len: int, num_heads: int, head_dim: int,

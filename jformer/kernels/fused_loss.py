@@ -1,6 +1,6 @@
 """The output projection fused with the label-smoothed loss, in chunks that stay in cache.
 
-The same sums as :func:`jformer.train.losses.smoothed_cross_entropy` of the logits
+The same sums as :func:`jformer.model.losses.smoothed_cross_entropy` of the logits
 x . w^T + bias, never materialising the [B*T, V] float32 logits: chunks of rows are
 projected, scored and turned into their gradient while they are in cache (the unfused
 form writes the logits and reads them back three times). Gradients are written out:
@@ -157,7 +157,7 @@ def projected_cross_entropy(x_BTD: Array, w_VD: Array, bias_V: Array | None,
                             targets_BT: Array, weights_BT: Array,
                             label_smoothing: float = 0.0, *,
                             chunk_rows: int = PROJECTION_CHUNK_ROWS) -> dict[str, Array]:
-    """``jformer.train.losses.smoothed_cross_entropy`` of logits x . w^T + bias, never materialising them.
+    """``jformer.model.losses.smoothed_cross_entropy`` of logits x . w^T + bias, never materialising them.
 
     The output projection and the loss run together over chunks of ``chunk_rows`` rows
     (of batch x length): a chunk's float32 logits [chunk_rows, V] are made, scored and
@@ -173,11 +173,11 @@ def projected_cross_entropy(x_BTD: Array, w_VD: Array, bias_V: Array | None,
       w_VD: output weights [vocab, d_model] (the tied embedding, or an untied kernel
         transposed); cast to x's dtype.
       bias_V: float [vocab] (added to the float32 logits) or None.
-      targets_BT, weights_BT, label_smoothing: as in ``jformer.train.losses.smoothed_cross_entropy``.
+      targets_BT, weights_BT, label_smoothing: as in ``jformer.model.losses.smoothed_cross_entropy``.
       chunk_rows: the most rows per chunk; the rows are split into equal chunks, the
         last padded with zero-weight rows.
     Returns:
-      the dict ``jformer.train.losses.smoothed_cross_entropy`` returns, for those logits.
+      the dict ``jformer.model.losses.smoothed_cross_entropy`` returns, for those logits.
     """
     if x_BTD.ndim != 3 or w_VD.ndim != 2 or x_BTD.shape[-1] != w_VD.shape[1]:
         raise ValueError(f"projected_cross_entropy: x [batch, len, D] and w [V, D] must "

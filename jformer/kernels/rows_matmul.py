@@ -19,6 +19,8 @@ What it buys: kernels/README.md ("Decode steps over packed weights").
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,7 +33,7 @@ COLLECTION = "packed"  # the flax variable collection a decode step reads packed
 TILE = 64  # columns per tile (csrc/rows_matmul.cc's kTile)
 TARGET = native.TARGETS["JformerRowsMatmul"]
 # attention weights by name, each flattened to the [K, N] of its product
-# (jformer.model.attention.MultiHeadAttention.project); kv_kernel is not here: the cross
+# (jformer.kernels.attention.PackedAttention); kv_kernel is not here: the cross
 # keys and values are projected once per source, over many rows.
 _ATTENTION = {"qkv_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, 3, H, K]
               "q_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, H, K]
@@ -63,12 +65,14 @@ def _pack_module(tree: dict) -> dict:
     return out
 
 
-@jax.jit
-def pack_decoder(decoder_params: PyTree, output_DV: Array) -> PyTree:
+@functools.partial(jax.jit, static_argnums=2)
+def pack_decoder(decoder_params: PyTree, output_DV: Array, output_module: str) -> PyTree:
     """The ``COLLECTION`` of a decode step: every weight matrix the decoder's step
     multiplies by, packed, under its module's path in ``params["decoder"]``, and the
-    output projection [D, V] (tied: the embedding transposed) as ``output``."""
-    return {"decoder": {**_pack_module(decoder_params), "output": pack(output_DV)}}
+    output projection [D, V] (tied: the embedding transposed) as ``output`` of the
+    decoder's submodule ``output_module``."""
+    return {"decoder": {**_pack_module(decoder_params),
+                        output_module: {"output": pack(output_DV)}}}
 
 
 @cpu_kernel

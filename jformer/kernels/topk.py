@@ -57,3 +57,17 @@ def fast_top_k(x: jax.Array, k: int, block: int = 32) -> tuple[jax.Array, jax.Ar
     values, pos = lax.top_k(cand.reshape(*lead, k * block), k)
     block_of = jnp.take_along_axis(kept, pos // block, axis=-1)
     return values, (block_of * block + pos % block).astype(jnp.int32)
+
+
+def beam_candidates(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``jformer.search.top_extensions`` (the k best of a row's W*V extensions:
+    log-probs, parent beams, tokens, [B, k]) in two stages: each beam's best k
+    (:func:`fast_top_k`), then the best k of those W*k; the same result without a TopK over
+    W*V columns, which XLA:CPU runs element by element."""
+    batch, w, vocab = ext_BWV.shape
+    top_BWK, token_BWK = fast_top_k(ext_BWV, min(k, vocab))
+    per_beam = top_BWK.shape[-1]
+    # [B, W, k] -> [B, W*k], beam-major like the flattened [B, W*V] order.
+    logp_BC, pick_BC = lax.top_k(top_BWK.reshape(batch, w * per_beam), k)
+    token_BC = jnp.take_along_axis(token_BWK.reshape(batch, w * per_beam), pick_BC, axis=1)
+    return logp_BC, pick_BC // per_beam, token_BC

@@ -2,11 +2,12 @@
 
 masks -> embeddings (tokens, positions) -> attention -> layers (FFN, residual, encoder and
 decoder layers) -> transformer (encode / decode / __call__ / decode_step) -> cache.
-``ModelConfig.kernels`` chooses stock JAX/Flax ops ("plain") or the XLA:CPU kernels of
-:mod:`jformer.kernels` ("cpu"); both compute the same function.
+Modules receive an :class:`~jformer.model.ops.Ops` at construction (stock JAX/Flax by
+default, :data:`jformer.model.ops.STOCK`); every set computes the same function.
 """
 from jformer.model import masks
 from jformer.model.cache import DecodeCache
+from jformer.model.ops import STOCK, Ops
 from jformer.model.transformer import Transformer, shift_right
 
-__all__ = ["DecodeCache", "Transformer", "masks", "shift_right"]
+__all__ = ["STOCK", "DecodeCache", "Ops", "Transformer", "masks", "shift_right"]

@@ -11,9 +11,7 @@ Masks are boolean, True = attend (:mod:`jformer.model.masks`).
 Decoding (paper 3.2.3: the decoder attends only to earlier positions) runs one position
 at a time: ``self_attend_step`` writes the new key and value into a preallocated cache at
 ``index`` and attends to positions 0..index; ``cross_attend_step`` attends to the memory's
-keys and values, projected once per source. With ``kernels="cpu"`` the same function runs
-through :mod:`jformer.kernels.attention` (decode caches in the layouts XLA:CPU's matrix
-library reads in place, slot-addressed beams); ``"plain"`` is what this file shows.
+keys and values, projected once per source.
 """
 from __future__ import annotations
 
@@ -22,10 +20,6 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
-from jformer.kernels import attention as cpu_attention
-from jformer.kernels import rows_matmul
-from jformer.kernels.bias import add_bias
-from jformer.kernels.matmul import dense
 from jformer.model.masks import NEG_INF
 from jformer.types import Array
 
@@ -95,7 +89,6 @@ class MultiHeadAttention(nn.Module):
     cross: bool = False  # True: queries from the decoder, keys/values from the encoder
     dropout_rate: float = 0.0  # on the attention weights
     dtype: jnp.dtype = jnp.float32  # compute dtype; parameters stay float32
-    kernels: str = "plain"  # "cpu": jformer.kernels.attention and .matmul
 
     def setup(self):
         h, k = self.num_heads, self.d_model // self.num_heads
@@ -111,44 +104,28 @@ class MultiHeadAttention(nn.Module):
         self.out_bias = self.param("out_bias", nn.initializers.zeros, (self.d_model,))
 
     # ------------------------------------------------------------------ projections
-    def project(self, x_BLD: Array, kernel: Array, name: str | None = None) -> Array:
-        """x [B, L, D] . kernel [D, *S] -> [B, L, *S] in the compute dtype. ``name``: the
-        parameter's, under which a "cpu" decode step may pass it packed
-        (:mod:`jformer.kernels.rows_matmul`)."""
-        x_BLD, kernel = x_BLD.astype(self.dtype), kernel.astype(self.dtype)
-        if self.kernels == "cpu":  # one 2-D product with a CPU-friendly gradient
-            d, *rest = kernel.shape
-            if name is not None and self.has_variable(rows_matmul.COLLECTION, name):
-                packed = self.get_variable(rows_matmul.COLLECTION, name)
-                y_BLO = rows_matmul.dense(x_BLD, packed, kernel.size // d).astype(self.dtype)
-            else:
-                y_BLO = dense(x_BLD, kernel.reshape(d, -1))
-            return y_BLO.reshape(x_BLD.shape[:-1] + tuple(rest))
-        return jnp.tensordot(x_BLD, kernel, axes=1)
+    def project(self, x_BLD: Array, kernel: Array) -> Array:
+        """x [B, L, D] . kernel [D, *S] -> [B, L, *S] in the compute dtype."""
+        return jnp.tensordot(x_BLD.astype(self.dtype), kernel.astype(self.dtype), axes=1)
 
     def add_bias(self, y: Array, bias: Array) -> Array:
-        """y [..., *S] + bias [*S] in the compute dtype ("cpu": the bias gradient summed in
-        float32, :mod:`jformer.kernels.bias`)."""
-        if self.kernels == "cpu":
-            return add_bias(y, bias)
+        """y [..., *S] + bias [*S] in the compute dtype."""
         return y + bias.astype(self.dtype)
 
     def project_qkv(self, x_BLD: Array) -> tuple[Array, Array, Array]:
         """Self-attention Q, K, V of x [B, L, D], each [B, L, H, K]."""
-        qkv_BLJHK = self.project(x_BLD, self.qkv_kernel, "qkv_kernel")  # J = 3: Q, K, V
+        qkv_BLJHK = self.project(x_BLD, self.qkv_kernel)  # J = 3: Q, K, V
         # unstack, not indexing: its gradient is one concatenate, not three pads summed
         q_BLHK, k_BLHK, v_BLHK = jnp.unstack(qkv_BLJHK, axis=2)
         return (self.add_bias(q_BLHK, self.q_bias), k_BLHK, self.add_bias(v_BLHK, self.v_bias))
 
     def project_query(self, x_BLD: Array) -> Array:
         """Cross-attention queries of decoder states x [B, L, D]: [B, L, H, K]."""
-        return self.add_bias(self.project(x_BLD, self.q_kernel, "q_kernel"), self.q_bias)
+        return self.add_bias(self.project(x_BLD, self.q_kernel), self.q_bias)
 
     def project_memory(self, memory_BMD: Array) -> tuple[Array, Array]:
-        """Cross-attention keys and values of the encoder output: each [B, M, H, K]
-        ("cpu": heads first, [B, H, M, K]). Computed once per source when decoding."""
-        if self.kernels == "cpu":
-            return cpu_attention.project_memory(self, memory_BMD)
+        """Cross-attention keys and values of the encoder output: each [B, M, H, K].
+        Computed once per source when decoding."""
         kv_BMJHK = self.project(memory_BMD, self.kv_kernel)  # J = 2: K, V
         k_BMHK, v_BMHK = jnp.unstack(kv_BMJHK, axis=2)  # as project_qkv
         return k_BMHK, v_BMHK + self.v_bias.astype(self.dtype)
@@ -156,24 +133,25 @@ class MultiHeadAttention(nn.Module):
     def project_output(self, ctx_BLHK: Array) -> Array:
         """Concat(head_1..head_h) W^O + b: [B, L, H, K] -> [B, L, D]."""
         return self.add_bias(self.project(ctx_BLHK.reshape(ctx_BLHK.shape[:2] + (-1,)),
-                                          self.out_kernel.reshape(-1, self.d_model),
-                                          "out_kernel"),
+                                          self.out_kernel.reshape(-1, self.d_model)),
                              self.out_bias)
 
     # ------------------------------------------------------------------ sequences
+    def dot_product(self, q_BLHK: Array, k: Array, v: Array, mask: Array | None,
+                    memory: bool, **options) -> tuple[Array, Array]:
+        """(context [B, L, H, K], float32 weights [B, H, L, M]) of eq. 1 over keys and
+        values as :meth:`project_qkv` (``memory``: :meth:`project_memory`) gives them."""
+        return dot_product_attention(q_BLHK, k, v, mask, return_weights=True, **options)
+
     def _attend(self, q_BLHK: Array, k: Array, v: Array, mask: Array | None,
                 deterministic: bool, memory: bool = False) -> Array:
-        """Attention of q to k, v (``memory``: as :meth:`project_memory` lays them out)."""
+        """Attention of q to k, v, then the output projection."""
         rng = None
         if not deterministic and self.dropout_rate > 0.0:
             rng = self.make_rng("dropout")
-        options = dict(dropout_rate=self.dropout_rate, dropout_rng=rng,
-                       deterministic=deterministic, return_weights=True)
-        if self.kernels == "cpu":
-            ctx_BLHK, weights_BHLM = cpu_attention.attention(q_BLHK, k, v, mask,
-                                                             kv_heads_first=memory, **options)
-        else:
-            ctx_BLHK, weights_BHLM = dot_product_attention(q_BLHK, k, v, mask, **options)
+        ctx_BLHK, weights_BHLM = self.dot_product(
+            q_BLHK, k, v, mask, memory, dropout_rate=self.dropout_rate, dropout_rng=rng,
+            deterministic=deterministic)
         # Stored only when the caller makes "intermediates" mutable (attention maps).
         self.sow("intermediates", "attention_weights", weights_BHLM)
         return self.project_output(ctx_BLHK)
@@ -200,28 +178,23 @@ class MultiHeadAttention(nn.Module):
         return out_BLD.reshape(x_BLD.shape)
 
     # ------------------------------------------------------------------ one position
-    def self_attend_step(self, x_N1D: Array, cache_k: Array, cache_v: Array, index: Array,
-                         slot: Array | None = None) -> tuple[Array, Array, Array]:
+    def self_attend_step(self, x_N1D: Array, state: tuple[Array, Array],
+                         index: Array) -> tuple[Array, tuple[Array, Array]]:
         """One decoder position of every row x [N, 1, D] over the self-attention cache.
 
-        Writes this position's key and value at ``index`` and attends to positions
-        0..index. Caches [N, max_len, H, K] (plain; "cpu" layouts and the slot table of
-        beams: :mod:`jformer.kernels.decode_cache`). Returns (out [N, 1, D], cache_k,
-        cache_v).
+        Writes this position's key and value into ``state`` = (keys, values), each
+        [N, max_len, H, K], at ``index`` and attends to positions 0..index. Returns
+        (out [N, 1, D], the new state).
         """
-        if self.kernels == "cpu":
-            return cpu_attention.self_attend_step(self, x_N1D, cache_k, cache_v, index, slot)
+        cache_k, cache_v = state
         q, k, v = self.project_qkv(x_N1D)
         start = (0, index, 0, 0)
         cache_k = lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), start)
         cache_v = lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), start)
         mask_111M = (jnp.arange(cache_k.shape[1]) <= index)[None, None, None, :]
-        return self._attend(q, cache_k, cache_v, mask_111M, True), cache_k, cache_v
+        return self._attend(q, cache_k, cache_v, mask_111M, True), (cache_k, cache_v)
 
     def cross_attend_step(self, x_N1D: Array, k: Array, v: Array, mask_B11M: Array) -> Array:
         """One decoder position of N = B*G rows over the memory's keys and values (as
-        :meth:`cross_attend`; "cpu": the decode layout of :meth:`project_memory` kept in
-        the cache). Returns [N, 1, D]."""
-        if self.kernels == "cpu":
-            return cpu_attention.cross_attend_step(self, x_N1D, k, v, mask_B11M)
+        :meth:`cross_attend`). Returns [N, 1, D]."""
         return self.cross_attend(x_N1D, k, v, mask_B11M, deterministic=True)

@@ -15,8 +15,7 @@ tanh(W h_[CLS] + b) (``bert.pooler``; paper 3.1 and the released code). Heads:
 
 * ``pretrain``: masked LM, a transform (dense, the model's activation, LayerNorm), then
   logits tied to the token embedding with their own bias [V]; only the gathered masked
-  positions [B, P] are transformed and projected (with ``model.kernels="cpu"`` the loss
-  fuses the projection: :func:`jformer.kernels.fused_loss.projected_cross_entropy`).
+  positions [B, P] are transformed and projected (``Ops.loss`` scores the projection).
   Next-sentence prediction: a 2-way softmax on the pooled [CLS] (label 1: B is random).
 * ``classify``: softmax over W . pooled [CLS] (single sentences and pairs);
 * ``tag``: a softmax per token (the first piece of each word carries its tag);
@@ -38,7 +37,8 @@ from jformer.config import BertConfig, ModelConfig
 from jformer.model import masks
 from jformer.model.embeddings import PositionalEncoding, TokenEmbedding
 from jformer.model.layers import (EncoderLayer, check_same_shape, check_tokens, dense_layer,
-                                  dropout, dtype_of, kernels_of, layer_norm)
+                                  dtype_of, layer_norm)
+from jformer.model.ops import STOCK, Ops
 from jformer.types import Array, PyTree
 
 HEADS = ("pretrain", "classify", "tag", "span")
@@ -50,22 +50,23 @@ class BertEncoder(nn.Module):
 
     cfg: ModelConfig
     bert: BertConfig
+    ops: Ops = STOCK
 
     def setup(self):
-        cfg, dtype = self.cfg, dtype_of(self.cfg)
+        cfg, dtype, ops = self.cfg, dtype_of(self.cfg), self.ops
         self.token_embedding = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype,
-                                              kernels=kernels_of(cfg))
+                                              ops.tied_logits)
         self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
         if self.bert.type_vocab_size:
             self.type_embedding = nn.Embed(self.bert.type_vocab_size, cfg.d_model,
                                            embedding_init=nn.initializers.normal(0.02))
         if self.bert.embedding_norm:
-            self.embedding_norm = layer_norm(cfg)
-        self.embed_dropout = dropout(cfg, cfg.dropout_rate)
-        self.layers = [EncoderLayer(cfg, name=f"layer_{i}")
+            self.embedding_norm = layer_norm(cfg, ops)
+        self.embed_dropout = ops.dropout(cfg.dropout_rate)
+        self.layers = [EncoderLayer(cfg, ops, name=f"layer_{i}")
                        for i in range(cfg.num_encoder_layers)]
         if cfg.norm == "pre":  # pre-LN leaves the residual stream unnormalised
-            self.final_norm = layer_norm(cfg)
+            self.final_norm = layer_norm(cfg, ops)
 
     def embed(self, inputs_BL: Array, token_types_BL: Array | None) -> Array:
         """Token + position (+ segment) embeddings [B, L, D], before norm and dropout."""
@@ -100,19 +101,20 @@ class Bert(nn.Module):
     bert: BertConfig
     head: str = "pretrain"
     next_sentence: bool = True  # pretrain: with the NSP classifier
+    ops: Ops = STOCK
 
     def setup(self):
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}; got {self.head!r}")
-        cfg = self.cfg
-        dense = lambda n: dense_layer(cfg, n)  # noqa: E731
-        self.encoder = BertEncoder(cfg, self.bert)
-        self.head_dropout = dropout(cfg, cfg.dropout_rate)
+        cfg, ops = self.cfg, self.ops
+        dense = lambda n: dense_layer(cfg, ops, n)  # noqa: E731
+        self.encoder = BertEncoder(cfg, self.bert, ops)
+        self.head_dropout = ops.dropout(cfg.dropout_rate)
         if self.bert.pooler and self.head in ("pretrain", "classify"):
             self.pooler = dense(cfg.d_model)
         if self.head == "pretrain":
             self.mlm_transform = dense(cfg.d_model)
-            self.mlm_norm = layer_norm(cfg)
+            self.mlm_norm = layer_norm(cfg, ops)
             self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (cfg.vocab_size,))
             if self.next_sentence:
                 self.nsp = dense(2)

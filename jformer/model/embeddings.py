@@ -11,8 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from jformer.kernels.tied_logits import tied_logits
+from typing import Callable
+
 from jformer.types import Array
+
+
+def tied_logits(x_BLD: Array, embedding_VD: Array) -> Array:
+    """x [B, L, D] . embedding [V, D]^T -> float32 logits [B, L, V] (inputs in one dtype)."""
+    return jnp.einsum("BLD,VD->BLV", x_BLD, embedding_VD, preferred_element_type=jnp.float32)
 
 
 def sinusoid_table(max_len: int, d_model: int, interleaved: bool = True) -> np.ndarray:
@@ -64,7 +70,7 @@ class TokenEmbedding(nn.Module):
     vocab_size: int
     d_model: int
     dtype: jnp.dtype = jnp.float32
-    kernels: str = "plain"  # "cpu": tied logits through jformer.kernels.tied_logits
+    logits_fn: Callable[[Array, Array], Array] = tied_logits  # Ops.tied_logits
 
     def setup(self):
         # std d_model^-0.5: after the sqrt(d_model) scale, embeddings have unit variance,
@@ -79,7 +85,21 @@ class TokenEmbedding(nn.Module):
 
     def attend(self, x_BLD: Array) -> Array:
         """Tied output projection x . E^T: [B, L, D] -> float32 logits [B, L, V]."""
-        x_BLD, emb_VD = x_BLD.astype(self.dtype), self.embedding.astype(self.dtype)
-        if self.kernels == "cpu":
-            return tied_logits(x_BLD, emb_VD)
-        return jnp.einsum("BLD,VD->BLV", x_BLD, emb_VD, preferred_element_type=jnp.float32)
+        return self.logits_fn(x_BLD.astype(self.dtype), self.embedding.astype(self.dtype))
+
+
+class StepOutput(nn.Module):
+    """A decode step's logits: the decoder's output projection, as in teacher forcing
+    (the piece ``Ops.step_output``; another set may read a prepared form of its weights)."""
+
+    @classmethod
+    def of(cls, cfg) -> "StepOutput":
+        """The stock ``Ops.step_output``: (model config) -> this module."""
+        return cls()
+
+    @nn.compact
+    def __call__(self, y_N1D: Array, project: Callable[[Array], Array],
+                 bias_V: Array | None) -> Array:
+        """Final states [N, 1, D] -> float32 logits [N, 1, V] (``project``: the decoder's;
+        ``bias_V``: its output bias, which ``project`` adds)."""
+        return project(y_N1D)

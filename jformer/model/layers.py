@@ -1,9 +1,8 @@
 """Position-wise FFN, the residual sublayer, and the encoder and decoder layers (paper 3.1-3.3).
 
-The stock Flax ops (``nn.Dense``, ``nn.LayerNorm``, ``nn.Dropout``) compute them; with
-``ModelConfig.kernels="cpu"`` the same functions run through :mod:`jformer.kernels` (a dense
-layer and a LayerNorm with hand-written gradients, hashed dropout masks): same
-parameters, same values (tests/kernels).
+Each module receives the :class:`~jformer.model.ops.Ops` that builds its dense layers,
+LayerNorms, dropouts and attentions (stock Flax in :data:`jformer.model.ops.STOCK`); every
+set has the same parameters.
 """
 from __future__ import annotations
 
@@ -12,9 +11,9 @@ from typing import Callable
 import jax.numpy as jnp
 from flax import linen as nn
 
-from jformer import kernels
 from jformer.config import ModelConfig
 from jformer.model.attention import MultiHeadAttention
+from jformer.model.ops import STOCK, Ops
 from jformer.types import Array
 
 _DENSE_INIT = nn.initializers.xavier_uniform()
@@ -24,32 +23,16 @@ def dtype_of(cfg: ModelConfig) -> jnp.dtype:
     return jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
 
 
-def kernels_of(cfg: ModelConfig) -> str:
-    """"cpu" or "plain": ``cfg.kernels`` with "auto" resolved for the default backend."""
-    return "cpu" if cfg.cpu_kernels else "plain"
-
-
-def layer_norm(cfg: ModelConfig) -> nn.Module:
+def layer_norm(cfg: ModelConfig, ops: Ops) -> nn.Module:
     """LayerNorm over d_model (Ba et al., 2016): float32 statistics, compute-dtype output."""
-    if cfg.cpu_kernels:
-        return kernels.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg))
-    return nn.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg),
-                        use_fast_variance=False)
+    return ops.layer_norm(epsilon=cfg.layer_norm_epsilon, dtype=dtype_of(cfg))
 
 
-def dense_layer(cfg: ModelConfig, features: int, name: str | None = None,
+def dense_layer(cfg: ModelConfig, ops: Ops, features: int, name: str | None = None,
                 kernel_init=_DENSE_INIT) -> nn.Module:
     """A biased Dense layer [..., I] -> [..., features] in the compute dtype (float32
-    parameters "kernel" and "bias"); the "cpu" kernels' form sums the bias gradient in
-    float32 (:mod:`jformer.kernels.bias`)."""
-    if cfg.cpu_kernels:
-        return kernels.Dense(features, dtype=dtype_of(cfg), kernel_init=kernel_init, name=name)
-    return nn.Dense(features, dtype=dtype_of(cfg), kernel_init=kernel_init, name=name)
-
-
-def dropout(cfg: ModelConfig, rate: float) -> nn.Module:
-    """Dropout (paper 5.4); the "cpu" kernels draw the mask from a counter-based hash."""
-    return kernels.Dropout(rate) if cfg.cpu_kernels else nn.Dropout(rate)
+    parameters "kernel" and "bias")."""
+    return ops.dense(features, dtype=dtype_of(cfg), kernel_init=kernel_init, name=name)
 
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
@@ -65,14 +48,15 @@ class FeedForward(nn.Module):
     (:data:`ACTIVATIONS`) in place of max(0, .). [B, L, D] -> [B, L, D]."""
 
     cfg: ModelConfig
+    ops: Ops = STOCK
 
     @nn.compact
     def __call__(self, x_BLD: Array, deterministic: bool = True) -> Array:
-        cfg = self.cfg
-        h_BLF = dense_layer(cfg, cfg.d_ff, name="wi")(x_BLD)
+        cfg, ops = self.cfg, self.ops
+        h_BLF = dense_layer(cfg, ops, cfg.d_ff, name="wi")(x_BLD)
         h_BLF = ACTIVATIONS[cfg.activation](h_BLF)
-        h_BLF = dropout(cfg, cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
-        return dense_layer(cfg, cfg.d_model, name="wo")(h_BLF)
+        h_BLF = ops.dropout(cfg.relu_dropout_rate)(h_BLF, deterministic=deterministic)
+        return dense_layer(cfg, ops, cfg.d_model, name="wo")(h_BLF)
 
 
 class Residual(nn.Module):
@@ -83,10 +67,11 @@ class Residual(nn.Module):
     """
 
     cfg: ModelConfig
+    ops: Ops = STOCK
 
     def setup(self):
-        self.norm = layer_norm(self.cfg)
-        self.dropout = dropout(self.cfg, self.cfg.dropout_rate)
+        self.norm = layer_norm(self.cfg, self.ops)
+        self.dropout = self.ops.dropout(self.cfg.dropout_rate)
 
     def __call__(self, x_BLD: Array, sublayer: Callable[[Array], Array],
                  deterministic: bool = True) -> Array:
@@ -95,22 +80,22 @@ class Residual(nn.Module):
         return self.norm(x_BLD + self.dropout(sublayer(x_BLD), deterministic=deterministic))
 
 
-def _attention(cfg: ModelConfig, cross: bool = False) -> MultiHeadAttention:
-    return MultiHeadAttention(cfg.num_heads, cfg.d_model, cross=cross,
-                              dropout_rate=cfg.attention_dropout_rate, dtype=dtype_of(cfg),
-                              kernels=kernels_of(cfg))
+def _attention(cfg: ModelConfig, ops: Ops, cross: bool = False) -> MultiHeadAttention:
+    return ops.attention(cfg.num_heads, cfg.d_model, cross=cross,
+                         dropout_rate=cfg.attention_dropout_rate, dtype=dtype_of(cfg))
 
 
 class EncoderLayer(nn.Module):
     """Self-attention and FFN sublayers: [B, S, D] -> [B, S, D]."""
 
     cfg: ModelConfig
+    ops: Ops = STOCK
 
     def setup(self):
-        self.self_attention = _attention(self.cfg)
-        self.ffn = FeedForward(self.cfg)
-        self.attention_residual = Residual(self.cfg)
-        self.ffn_residual = Residual(self.cfg)
+        self.self_attention = _attention(self.cfg, self.ops)
+        self.ffn = FeedForward(self.cfg, self.ops)
+        self.attention_residual = Residual(self.cfg, self.ops)
+        self.ffn_residual = Residual(self.cfg, self.ops)
 
     def __call__(self, x_BSD: Array, mask: Array | None, deterministic: bool = True) -> Array:
         x_BSD = self.attention_residual(
@@ -126,14 +111,15 @@ class DecoderLayer(nn.Module):
     """
 
     cfg: ModelConfig
+    ops: Ops = STOCK
 
     def setup(self):
-        self.self_attention = _attention(self.cfg)
-        self.cross_attention = _attention(self.cfg, cross=True)
-        self.ffn = FeedForward(self.cfg)
-        self.self_residual = Residual(self.cfg)
-        self.cross_residual = Residual(self.cfg)
-        self.ffn_residual = Residual(self.cfg)
+        self.self_attention = _attention(self.cfg, self.ops)
+        self.cross_attention = _attention(self.cfg, self.ops, cross=True)
+        self.ffn = FeedForward(self.cfg, self.ops)
+        self.self_residual = Residual(self.cfg, self.ops)
+        self.cross_residual = Residual(self.cfg, self.ops)
+        self.ffn_residual = Residual(self.cfg, self.ops)
 
     def project_memory(self, encoded_BSD: Array) -> tuple[Array, Array]:
         """This layer's cross-attention keys and values of the encoder output
@@ -151,26 +137,22 @@ class DecoderLayer(nn.Module):
                                                                deterministic), deterministic)
         return self.ffn_residual(y_BTD, lambda h: self.ffn(h, deterministic), deterministic)
 
-    def step(self, y_B1D: Array, cache_k: Array, cache_v: Array, index: Array,
-             cross_k: Array, cross_v: Array, cross_mask: Array,
-             slot_BWT: Array | None = None) -> tuple[Array, Array, Array]:
-        """One position of every row: y [N, 1, D] -> (y [N, 1, D], cache_k, cache_v).
-
-        ``slot_BWT``: the slot table of the "cpu" kernels' beam cache (y then holds B*W rows).
-        """
-        new_kv = {}
+    def step(self, y_N1D: Array, state, index: Array, cross_k: Array, cross_v: Array,
+             cross_mask: Array):
+        """One position of every row: y [N, 1, D] -> (y [N, 1, D], the new self-attention
+        state); ``state`` is this layer's part of the cache (``DecodeCache.layer``)."""
+        new = {}
 
         def attend_self(h):
-            out, new_kv["k"], new_kv["v"] = self.self_attention.self_attend_step(
-                h, cache_k, cache_v, index, slot_BWT)
+            out, new["state"] = self.self_attention.self_attend_step(h, state, index)
             return out
 
-        y_B1D = self.self_residual(y_B1D, attend_self, True)
-        y_B1D = self.cross_residual(
-            y_B1D, lambda h: self.cross_attention.cross_attend_step(h, cross_k, cross_v,
+        y_N1D = self.self_residual(y_N1D, attend_self, True)
+        y_N1D = self.cross_residual(
+            y_N1D, lambda h: self.cross_attention.cross_attend_step(h, cross_k, cross_v,
                                                                     cross_mask), True)
-        y_B1D = self.ffn_residual(y_B1D, lambda h: self.ffn(h, True), True)
-        return y_B1D, new_kv["k"], new_kv["v"]
+        y_N1D = self.ffn_residual(y_N1D, lambda h: self.ffn(h, True), True)
+        return y_N1D, new["state"]
 
 
 def check_tokens(name: str, x) -> None:

@@ -17,13 +17,12 @@ from flax import linen as nn
 from jax import lax
 
 from jformer.config import ModelConfig
-from jformer.kernels import decode_cache as cpu_cache
-from jformer.kernels import rows_matmul
 from jformer.model import masks
 from jformer.model.cache import DecodeCache
 from jformer.model.embeddings import PositionalEncoding, TokenEmbedding
 from jformer.model.layers import (DecoderLayer, EncoderLayer, check_same_shape, check_tokens,
-                                  dropout, dtype_of, kernels_of, layer_norm)
+                                  dtype_of, layer_norm)
+from jformer.model.ops import STOCK, Ops
 from jformer.types import Array
 
 
@@ -72,13 +71,14 @@ class _Stack(nn.Module):
 
     cfg: ModelConfig
     embed: TokenEmbedding
+    ops: Ops = STOCK
 
     def setup(self):
         cfg = self.cfg
         self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
-        self.embed_dropout = dropout(cfg, cfg.dropout_rate)
+        self.embed_dropout = self.ops.dropout(cfg.dropout_rate)
         if cfg.norm == "pre":  # pre-LN leaves the residual stream unnormalised
-            self.final_norm = layer_norm(cfg)
+            self.final_norm = layer_norm(cfg, self.ops)
 
     def embed_tokens(self, tokens_BL: Array, positions_BL: Array, deterministic: bool) -> Array:
         x_BLD = self.embed(tokens_BL) + self.positional(positions_BL).astype(dtype_of(self.cfg))
@@ -93,7 +93,7 @@ class Encoder(_Stack):
 
     def setup(self):
         super().setup()
-        self.layers = [EncoderLayer(self.cfg, name=f"layer_{i}")
+        self.layers = [EncoderLayer(self.cfg, self.ops, name=f"layer_{i}")
                        for i in range(self.cfg.num_encoder_layers)]
 
     def __call__(self, inputs_BS: Array, inputs_segmentation_BS: Array | None = None,
@@ -113,57 +113,41 @@ class Decoder(_Stack):
     def setup(self):
         super().setup()
         cfg = self.cfg
-        self.layers = [DecoderLayer(cfg, name=f"layer_{i}") for i in range(cfg.num_decoder_layers)]
+        self.layers = [DecoderLayer(cfg, self.ops, name=f"layer_{i}")
+                       for i in range(cfg.num_decoder_layers)]
         if not cfg.tie_output:
             self.output_projection = nn.Dense(cfg.vocab_size, dtype=dtype_of(cfg),
                                               kernel_init=nn.initializers.xavier_uniform())
         if cfg.output_bias:
             self.output_bias = self.param("output_bias", nn.initializers.zeros,
                                           (cfg.vocab_size,))
+        self.step_output = self.ops.step_output(cfg)
 
     def output_layer(self) -> tuple[Array, Array | None]:
         """The output projection as (weights [V, D] in the compute dtype, float32 bias [V] | None)."""
         if self.cfg.tie_output:
             return (self.embed.embedding.astype(dtype_of(self.cfg)),
                     self.output_bias if self.cfg.output_bias else None)
+        # On no rows: binds the layer's parameters (created here when ``init`` runs
+        # through ``features``) and computes nothing.
+        self.output_projection(jnp.zeros((0, self.cfg.d_model), dtype_of(self.cfg)))
         p = self.output_projection.variables["params"]
         return p["kernel"].T.astype(dtype_of(self.cfg)), p["bias"]
 
-    def logits(self, y_BLD: Array, output_DV: Array | None = None) -> Array:
-        """Final states [B, L, D] (before the pre-LN final norm) -> float32 logits [B, L, V].
-
-        ``output_DV``: the tied embedding transposed to [D, V] once, which a "cpu" decode
-        step's product reads in place (``jformer.inference.batch_decode.output_matrix``);
-        None: the embedding itself. A decode step that passes the packed weights of
-        :mod:`jformer.kernels.rows_matmul` reads its ``output`` instead.
-        """
-        y_BLD = self.finish(y_BLD)
-        if self.has_variable(rows_matmul.COLLECTION, "output"):  # a "cpu" decode step's
-            packed = self.get_variable(rows_matmul.COLLECTION, "output")
-            logits_BLV = rows_matmul.dense(y_BLD.astype(jnp.float32), packed,
-                                           self.cfg.vocab_size)
-            _, bias_V = self.output_layer()  # flax Dense's bias (untied) or output_bias
-            return logits_BLV if bias_V is None else logits_BLV + bias_V
+    def project(self, y_BLD: Array) -> Array:
+        """Final (normalised) states [B, L, D] -> float32 logits [B, L, V]."""
         if not self.cfg.tie_output:
             return self.output_projection(y_BLD).astype(jnp.float32)
-        if output_DV is not None:
-            dtype = dtype_of(self.cfg)
-            logits_BLV = jnp.einsum("BLD,DV->BLV", y_BLD.astype(dtype), output_DV.astype(dtype),
-                                    preferred_element_type=jnp.float32)
-        else:
-            logits_BLV = self.embed.attend(y_BLD)
+        logits_BLV = self.embed.attend(y_BLD)
         return logits_BLV + self.output_bias if self.cfg.output_bias else logits_BLV
 
     def __call__(self, encoded_BSD: Array, inputs_BS: Array, targets_BT: Array,
                  inputs_segmentation_BS: Array | None = None,
                  targets_segmentation_BT: Array | None = None,
                  targets_position_BT: Array | None = None,
-                 deterministic: bool = True, project: bool = True) -> Array:
-        """Teacher forcing: logits [B, T, V] predicting each target token.
-
-        ``project=False``: the final states [B, T, D] instead, which ``output_layer``
-        projects to the logits (for losses that fuse the projection).
-        """
+                 deterministic: bool = True) -> Array:
+        """Teacher forcing: the final states [B, T, D] from which :meth:`project` predicts
+        each target token."""
         cfg = self.cfg
         self_mask = masks.decoder_mask(targets_BT, cfg.pad_id, targets_segmentation_BT)
         cross_mask = masks.cross_mask(targets_BT, inputs_BS, cfg.pad_id,
@@ -174,64 +158,37 @@ class Decoder(_Stack):
         y_BTD = self.embed_tokens(decoder_in_BT, positions_BT, deterministic)
         for layer in self.layers:
             y_BTD = layer(y_BTD, encoded_BSD, self_mask, cross_mask, deterministic)
-        if project or (self.is_initializing() and not self.cfg.tie_output):
-            logits_BTV = self.logits(y_BTD)  # (an untied projection creates its params)
-            if project:
-                return logits_BTV
         return self.finish(y_BTD)
 
     def init_cache(self, encoded_BSD: Array, inputs_BS: Array, max_len: int,
                    beam_size: int | None = None) -> DecodeCache:
-        """Zeroed self-attention buffers for ``max_len`` positions of each source's
-        ``beam_size`` hypotheses (None: one row per source), and every layer's cross K/V."""
+        """The cache of ``Ops.cache`` for ``max_len`` positions (``beam_size``: of each
+        source's hypotheses), with every layer's cross K/V."""
         cfg = self.cfg
-        if cfg.cpu_kernels:
-            return self._init_cpu_cache(encoded_BSD, inputs_BS, max_len, beam_size)
         cross = [layer.project_memory(encoded_BSD) for layer in self.layers]
-        rows = inputs_BS.shape[0] * (beam_size or 1)  # row b*W + w: hypothesis w of source b
-        shape = (rows, max_len, cfg.num_heads, cfg.head_dim)
-        zeros = tuple(jnp.zeros(shape, dtype_of(cfg)) for _ in self.layers)
-        return DecodeCache(self_k=zeros, self_v=zeros, cross_k=tuple(k for k, _ in cross),
-                           cross_v=tuple(v for _, v in cross),
-                           source_valid=inputs_BS != cfg.pad_id)
+        return self.ops.cache.init(cross, inputs_BS != cfg.pad_id, max_len, beam_size,
+                                   cfg.num_heads, cfg.head_dim, dtype_of(cfg))
 
-    def _init_cpu_cache(self, encoded_BSD, inputs_BS, max_len, beam_size):
-        """The cache in the layouts of :mod:`jformer.kernels.decode_cache`; with
-        ``beam_size`` W, slot-addressed buffers for W hypotheses per source."""
-        cfg = self.cfg
-        cross = [cpu_cache.memory_layout(*layer.project_memory(encoded_BSD))
-                 for layer in self.layers]
-        dims = (max_len, cfg.num_heads, cfg.head_dim, dtype_of(cfg))
-        slot = None
-        if beam_size is None:
-            self_k, self_v = cpu_cache.init_self_cache(len(self.layers), inputs_BS.shape[0], *dims)
-        else:
-            self_k, self_v, slot = cpu_cache.init_beam_self_cache(
-                len(self.layers), inputs_BS.shape[0], beam_size, *dims)
-        return DecodeCache(self_k=self_k, self_v=self_v, cross_k=tuple(k for k, _ in cross),
-                           cross_v=tuple(v for _, v in cross),
-                           source_valid=inputs_BS != cfg.pad_id, slot=slot)
-
-    def step(self, tokens_B: Array, index: Array, cache: DecodeCache,
-             output_DV: Array | None = None) -> tuple[Array, DecodeCache]:
-        positions_B1 = jnp.broadcast_to(index, tokens_B.shape)[:, None]
-        y_B1D = self.embed_tokens(tokens_B[:, None], positions_B1, deterministic=True)
+    def step(self, tokens_N: Array, index: Array, cache: DecodeCache) -> tuple[Array, DecodeCache]:
+        positions_N1 = jnp.broadcast_to(index, tokens_N.shape)[:, None]
+        y_N1D = self.embed_tokens(tokens_N[:, None], positions_N1, deterministic=True)
         cross_mask = cache.source_valid[:, None, None, :]  # [B, 1, 1, S]
-        slot = None if cache.slot is None else cpu_cache.claim_slots(cache.slot, index)
-        new_k, new_v = [], []
+        cache = cache.at_step(index)
+        states = []
         for i, layer in enumerate(self.layers):
-            y_B1D, k, v = layer.step(y_B1D, cache.self_k[i], cache.self_v[i], index,
-                                     cache.cross_k[i], cache.cross_v[i], cross_mask, slot)
-            new_k.append(k)
-            new_v.append(v)
-        logits_BV = self.logits(y_B1D, output_DV)[:, 0]
-        return logits_BV, cache.replace(self_k=tuple(new_k), self_v=tuple(new_v), slot=slot)
+            y_N1D, state = layer.step(y_N1D, cache.layer(i), index, cache.cross_k[i],
+                                      cache.cross_v[i], cross_mask)
+            states.append(state)
+        _, bias_V = self.output_layer()
+        logits_NV = self.step_output(self.finish(y_N1D), self.project, bias_V)[:, 0]
+        return logits_NV, cache.stepped(states)
 
 
 class Transformer(nn.Module):
     """The encoder-decoder Transformer. See the module docstring for the call forms."""
 
     cfg: ModelConfig
+    ops: Ops = STOCK
 
     def _check_length(self, name: str, tokens_BL: Array) -> None:
         # Positions past the table would give NaN (an out-of-range gather), not an error.
@@ -241,16 +198,17 @@ class Transformer(nn.Module):
 
     def setup(self):
         cfg, dtype = self.cfg, dtype_of(self.cfg)
+        logits = self.ops.tied_logits
         if cfg.share_embeddings:
             source_embed = target_embed = TokenEmbedding(
-                cfg.vocab_size, cfg.d_model, dtype, kernels_of(cfg), name="shared_embedding")
+                cfg.vocab_size, cfg.d_model, dtype, logits, name="shared_embedding")
         else:
-            source_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, kernels_of(cfg),
+            source_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, logits,
                                           name="source_embedding")
-            target_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, kernels_of(cfg),
+            target_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype, logits,
                                           name="target_embedding")
-        self.encoder = Encoder(cfg, source_embed)
-        self.decoder = Decoder(cfg, target_embed)
+        self.encoder = Encoder(cfg, source_embed, self.ops)
+        self.decoder = Decoder(cfg, target_embed, self.ops)
 
     def encode(self, inputs: Array, inputs_segmentation: Array | None = None,
                inputs_position: Array | None = None, deterministic: bool = True) -> Array:
@@ -265,12 +223,16 @@ class Transformer(nn.Module):
     def decode(self, encoded: Array, inputs: Array, targets: Array,
                inputs_segmentation: Array | None = None,
                targets_segmentation: Array | None = None,
-               targets_position: Array | None = None, deterministic: bool = True,
-               project: bool = True) -> Array:
-        """Teacher-forced logits float32 [batch, tgt_len, vocab] from encoded [batch, src_len, d_model].
+               targets_position: Array | None = None, deterministic: bool = True) -> Array:
+        """Teacher-forced logits float32 [batch, tgt_len, vocab] from encoded
+        [batch, src_len, d_model]."""
+        return self.decoder.project(self._decode(
+            encoded, inputs, targets, inputs_segmentation, targets_segmentation,
+            targets_position, deterministic))
 
-        ``project=False``: the decoder's final states [batch, tgt_len, d_model] instead.
-        """
+    def _decode(self, encoded, inputs, targets, inputs_segmentation, targets_segmentation,
+                targets_position, deterministic) -> Array:
+        """The decoder's final states [batch, tgt_len, d_model] (checked as :meth:`decode`)."""
         check_tokens("inputs", inputs)
         check_tokens("targets", targets)
         self._check_length("targets", targets)
@@ -282,28 +244,30 @@ class Transformer(nn.Module):
         check_same_shape("targets_segmentation", targets_segmentation, "targets", targets)
         check_same_shape("targets_position", targets_position, "targets", targets)
         return self.decoder(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
-                            targets_position, deterministic, project)
+                            targets_position, deterministic)
 
     def __call__(self, inputs: Array, targets: Array, inputs_segmentation: Array | None = None,
                  targets_segmentation: Array | None = None, inputs_position: Array | None = None,
                  targets_position: Array | None = None, deterministic: bool = True) -> Array:
         """Logits float32 [batch, tgt_len, vocab] predicting ``targets`` given ``inputs``."""
-        return self._teacher_forced(inputs, targets, inputs_segmentation, targets_segmentation,
-                                    inputs_position, targets_position, deterministic, True)
+        return self.decoder.project(self._teacher_forced(
+            inputs, targets, inputs_segmentation, targets_segmentation, inputs_position,
+            targets_position, deterministic))
 
     def features(self, inputs: Array, targets: Array, inputs_segmentation: Array | None = None,
                  targets_segmentation: Array | None = None,
                  inputs_position: Array | None = None, targets_position: Array | None = None,
                  deterministic: bool = True) -> tuple[Array, Array, Array | None]:
-        """``__call__`` stopped before the output projection, for a loss that fuses it.
+        """``__call__`` as the decoder's final states and the output projection (paper
+        Figure 1: the decoder stack, then the Linear before the softmax).
 
         Returns (final decoder states [batch, tgt_len, d_model], output weights
         [vocab, d_model], output bias [vocab] or None): the logits are
-        states . weights^T + bias (``jformer.train.losses.projected_cross_entropy``).
+        states . weights^T + bias, which ``Ops.loss`` scores.
         """
         states = self._teacher_forced(inputs, targets, inputs_segmentation,
                                       targets_segmentation, inputs_position, targets_position,
-                                      deterministic, False)
+                                      deterministic)
         return (states, *self.output_layer())
 
     def output_layer(self) -> tuple[Array, Array | None]:
@@ -312,23 +276,23 @@ class Transformer(nn.Module):
         return self.decoder.output_layer()
 
     def _teacher_forced(self, inputs, targets, inputs_segmentation, targets_segmentation,
-                        inputs_position, targets_position, deterministic, project):
+                        inputs_position, targets_position, deterministic):
         check_tokens("inputs", inputs)
         check_tokens("targets", targets)
         if inputs.shape[0] != targets.shape[0]:
             raise ValueError(f"inputs and targets must share the batch size; got "
                              f"{inputs.shape[0]} and {targets.shape[0]}")
         encoded = self.encode(inputs, inputs_segmentation, inputs_position, deterministic)
-        return self.decode(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
-                           targets_position, deterministic, project)
+        return self._decode(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
+                            targets_position, deterministic)
 
     def init_decode_state(self, encoded: Array, inputs: Array, max_decode_len: int,
                           beam_size: int | None = None) -> DecodeCache:
         """A :class:`DecodeCache` for ``max_decode_len`` output positions; cross K/V computed once.
 
-        ``beam_size=W``: self-attention buffers for W hypotheses per source, so decode
-        steps take B*W tokens (row b*W + w; with kernels="cpu" slot-addressed, see
-        :mod:`jformer.kernels.decode_cache`); None: one row per source.
+        ``beam_size=W``: self-attention buffers for W hypotheses per source where the
+        cache layout (``Ops.cache``) keeps them itself, so decode steps take B*W tokens
+        (row b*W + w); None: one row per source.
         """
         check_tokens("inputs", inputs)
         self._check_encoded(encoded, inputs)
@@ -339,24 +303,21 @@ class Transformer(nn.Module):
             raise ValueError(f"beam_size must be None or an int >= 1; got {beam_size!r}")
         return self.decoder.init_cache(encoded, inputs, max_decode_len, beam_size)
 
-    def decode_step(self, tokens: Array, step: Array, cache: DecodeCache,
-                    output_DV: Array | None = None) -> tuple[Array, DecodeCache]:
+    def decode_step(self, tokens: Array, step: Array,
+                    cache: DecodeCache) -> tuple[Array, DecodeCache]:
         """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache).
 
-        ``output_DV``: optional [d_model, vocab] copy of the tied output embedding for
-        "cpu" kernels (``jformer.inference.batch_decode.output_matrix``). With a beam cache
-        (``init_decode_state(beam_size=W)``) batch is sources * W.
+        batch is the cache's rows (``DecodeCache.rows``; a search may tile a cache of one
+        row per source to its G hypotheses).
         """
-        # A row cache holds its rows (a search may tile it: G hypotheses per source); a
-        # slot-addressed beam cache holds B*W.
-        rows = (cache.self_k[0].shape[0] if cache.slot is None
-                else cache.slot.shape[0] * cache.slot.shape[1])
+        rows = cache.rows
         shape, dtype = getattr(tokens, "shape", None), getattr(tokens, "dtype", None)
         if shape != (rows,) or not jnp.issubdtype(dtype, jnp.integer):
+            of = "" if rows == cache.source_valid.shape[0] else ": sources x beam"
             raise ValueError(f"tokens must be an integer array [{rows}] (the cache's rows"
-                             f"{'' if cache.slot is None else ': sources x beam'}); got "
-                             f"{dtype} {shape if shape is not None else type(tokens).__name__}")
-        return self.decoder.step(tokens, step, cache, output_DV)
+                             f"{of}); got {dtype} "
+                             f"{shape if shape is not None else type(tokens).__name__}")
+        return self.decoder.step(tokens, step, cache)
 
     def _check_encoded(self, encoded: Array, inputs: Array) -> None:
         want = (*inputs.shape, self.cfg.d_model)

@@ -3,11 +3,12 @@
 Nothing here knows the model: a search takes ``step_fn(tokens, step, state) -> (logits,
 state)`` (:mod:`jformer.search.loop`), so it is tested on toy Markov chains.
 """
-from jformer.search.beam import Reorder, beam_search, gather_rows
-from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
+from jformer.search.beam import Candidates, Reorder, beam_search, gather_rows, top_extensions
+from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_knob,
                                  chunked_decode_loop, length_penalty)
 from jformer.search.sampling import greedy_search, row_keys, sample, typed_keys
 
-__all__ = ["DecodeResult", "Reorder", "StepFn", "beam_search", "call_step_fn", "check_knob",
+__all__ = ["Candidates", "DecodeResult", "Reorder", "StepFn", "argmax", "beam_search",
+           "call_step_fn", "check_knob",
            "chunked_decode_loop", "gather_rows", "greedy_search", "length_penalty", "row_keys",
-           "sample", "typed_keys"]
+           "sample", "top_extensions", "typed_keys"]

@@ -36,7 +36,6 @@ import jax.numpy as jnp
 from jax import lax
 
 from jformer.config import EOS_CANDIDATES
-from jformer.kernels.topk import fast_top_k
 from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
                                  check_search_args, chunked_decode_loop, length_penalty)
 from jformer.types import PyTree
@@ -44,6 +43,17 @@ from jformer.types import PyTree
 
 # (state, parent_BW) -> state: hypothesis w of row b now extends beam parent_BW[b, w].
 Reorder = Callable[[PyTree, jax.Array], PyTree]
+# (extensions [B, W, V], k) -> the k best per row: (log-probs, parent beams, tokens), [B, k],
+# best first (ties: lower beam, then lower token).
+Candidates = Callable[[jax.Array, int], tuple[jax.Array, jax.Array, jax.Array]]
+
+
+def top_extensions(ext_BWV: jax.Array, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The default :data:`Candidates`: one ``lax.top_k`` over the W*V extensions."""
+    batch, w, vocab = ext_BWV.shape
+    # [B, W, V] -> [B, W*V], beam-major: index = beam * V + token
+    logp_BC, pick_BC = lax.top_k(ext_BWV.reshape(batch, w * vocab), k)
+    return logp_BC, pick_BC // vocab, pick_BC % vocab
 
 
 def gather_rows(state: PyTree, parent_BW: jax.Array) -> PyTree:
@@ -64,31 +74,9 @@ class _BeamCarry(NamedTuple):
     steps_B: jax.Array         # int32 [B]: steps that updated the row
 
 
-def _top_extensions(ext_BWV: jax.Array, k: int,
-                    kernels: str = "plain") -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The k best of the W*V extensions per row: (log-probs, parent beams, tokens), [B, k],
-    best first (ties: lower beam, then lower token).
-
-    kernels="cpu": in two stages, each beam's best k (:func:`~jformer.kernels.topk.
-    fast_top_k`), then the best k of those W*k: the same result without a TopK over W*V
-    columns, which XLA:CPU runs element by element.
-    """
-    batch, w, vocab = ext_BWV.shape
-    if kernels != "cpu":
-        # [B, W, V] -> [B, W*V], beam-major: index = beam * V + token
-        logp_BC, pick_BC = lax.top_k(ext_BWV.reshape(batch, w * vocab), k)
-        return logp_BC, pick_BC // vocab, pick_BC % vocab
-    top_BWK, token_BWK = fast_top_k(ext_BWV, min(k, vocab))
-    per_beam = top_BWK.shape[-1]
-    # [B, W, k] -> [B, W*k], beam-major like the flattened [B, W*V] order.
-    logp_BC, pick_BC = lax.top_k(top_BWK.reshape(batch, w * per_beam), k)
-    token_BC = jnp.take_along_axis(token_BWK.reshape(batch, w * per_beam), pick_BC, axis=1)
-    return logp_BC, pick_BC // per_beam, token_BC
-
-
 def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder, *,
                max_len: int, alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int,
-               min_len: int, n_best: int = 1, kernels: str = "plain",
+               min_len: int, n_best: int = 1, candidates: Candidates = top_extensions,
                eos_candidates: str = "all") -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values."""
     batch, w = c.prev_BW.shape
@@ -103,7 +91,7 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
         logp_NV = jnp.where(force_N1 & (jnp.arange(vocab) != eos_id), -jnp.inf, logp_NV)
     # [B*W, V] -> [B, W, V]: extend every alive hypothesis by every token.
     ext_BWV = logp_NV.reshape(batch, w, vocab) + c.alive_logp_BW[:, :, None]
-    cand_logp_BC, parent_BC, token_BC = _top_extensions(ext_BWV, 2 * w, kernels)
+    cand_logp_BC, parent_BC, token_BC = candidates(ext_BWV, 2 * w)
     is_eos_BC = token_BC == eos_id
     # [B, 2W]: EOS candidates that join the finished set (the rest of them are dropped)
     finish_BC = is_eos_BC if eos_candidates == "all" else is_eos_BC & (jnp.arange(2 * w) < w)
@@ -123,7 +111,7 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
         jnp.concatenate([c.fin_score_BW, new_score_BC], axis=1), w)
     is_new_BW = (pick_BW >= w) & (fin_score_BW > -jnp.inf)
     new_parent_BW = jnp.take_along_axis(parent_BC, jnp.maximum(pick_BW - w, 0), axis=1)
-    # Old finished slot i is source i; a new one is its parent's prefix, source W + parent.
+    # Old finished entry i is source i; a new one is its parent's prefix, source W + parent.
     source_BW = jnp.where(pick_BW < w, pick_BW, w + new_parent_BW)
     pool_BCT = jnp.concatenate([c.fin_BWT, c.alive_BWT], axis=1)  # [B, 2W, T]
     fin_BWT = jnp.take_along_axis(pool_BCT, source_BW[:, :, None], axis=1)
@@ -151,9 +139,9 @@ def _final_beams(c: _BeamCarry, *, alpha: jax.typing.ArrayLike, eos_id: int,
                  pad_id: int) -> tuple[jax.Array, ...]:
     """Best W per row: finished first, then (flagged) alive ones, each by score.
 
-    Alive hypotheses fill the slots the finished set leaves empty (all of them when
+    Alive hypotheses fill the places the finished set leaves empty (all of them when
     none finished within max_len), scored with the penalty of their current length.
-    Slots with no hypothesis at all (only when fewer than W exist) keep score -inf.
+    Places with no hypothesis at all (only when fewer than W exist) keep score -inf.
     """
     batch, w, _ = c.fin_BWT.shape
     fin_len_BW = jnp.argmax(c.fin_BWT == eos_id, axis=2).astype(jnp.int32) + 1
@@ -179,7 +167,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                 max_len: int, alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int,
                 pad_id: int, chunk_size: int = 8, min_len: int = 0,
                 reorder: Reorder | None = None, n_best: int = 1,
-                kernels: str = "plain", eos_candidates: str = "all") -> DecodeResult:
+                candidates: Candidates = top_extensions,
+                eos_candidates: str = "all") -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
@@ -192,7 +181,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         beaten (1: once its best can't), so the first n_best results are finished
         whenever max_len allows; the rest may be unfinished.
       reorder: ``reorder(state, parent_BW) -> state`` after each step, parent_BW int32
-        [B, W] the beam each new hypothesis extends (e.g. a slot-addressed KV cache that
+        [B, W] the beam each new hypothesis extends (e.g. a KV cache that
         only remaps a small table); None: :func:`gather_rows` of the tiled state.
       batch_size, beam_size, max_len: output tokens are [B, W, max_len].
       alpha: length-penalty exponent >= 0 (0: plain log-prob sums); a float, or a float
@@ -201,7 +190,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       bos_id, eos_id, pad_id: special ids (from the tokenizer / ModelConfig).
       chunk_size: decode steps between early-exit checks.
       min_len: EOS is forbidden before output position ``min_len``.
-      kernels: "cpu" ranks the candidates through :mod:`jformer.kernels.topk`.
+      candidates: how a step ranks the W*V extensions (:data:`Candidates`; any
+        implementation of :func:`top_extensions`' contract).
       eos_candidates: "all" | "top_w", which of a step's 2W candidates may finish with
         EOS (module docstring).
 
@@ -243,7 +233,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
         return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
                           alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len,
-                          n_best=n_best, kernels=kernels, eos_candidates=eos_candidates)
+                          n_best=n_best, candidates=candidates,
+                          eos_candidates=eos_candidates)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

@@ -34,7 +34,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jformer.kernels.topk import fast_argmax, fast_top_k
 from jformer.types import PyTree
 
 StepFn = Callable[[jax.Array, jax.Array, PyTree], tuple[jax.Array, PyTree]]
@@ -134,16 +133,9 @@ def call_step_fn(step_fn: StepFn, tokens_N: jax.Array, step: jax.Array, state: P
     return logp_NV, new_state
 
 
-def top_k(x: jax.Array, k: int, kernels: str = "plain") -> tuple[jax.Array, jax.Array]:
-    """``lax.top_k`` over the last axis; kernels="cpu": the same through
-    :func:`jformer.kernels.topk.fast_top_k`."""
-    return fast_top_k(x, k) if kernels == "cpu" else lax.top_k(x, k)
-
-
-def argmax(x_BV: jax.Array, kernels: str = "plain") -> jax.Array:
-    """int32 argmax over the last axis (ties: lowest index); kernels="cpu": the same
-    through :func:`jformer.kernels.topk.fast_argmax`."""
-    return fast_argmax(x_BV) if kernels == "cpu" else jnp.argmax(x_BV, -1).astype(jnp.int32)
+def argmax(x_BV: jax.Array) -> jax.Array:
+    """int32 argmax over the last axis (ties: lowest index): the searches' default."""
+    return jnp.argmax(x_BV, -1).astype(jnp.int32)
 
 
 # ---------------------------------------------------------------------- chunked loop

@@ -14,7 +14,6 @@ from jax import lax
 
 from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_int,
                                  check_knob, check_search_args, chunked_decode_loop, require)
-from jformer.search.loop import top_k as best_k
 from jformer.types import PyTree
 
 
@@ -64,7 +63,8 @@ def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size
 
 def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: int,
                   bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
-                  min_len: int = 0, kernels: str = "plain") -> DecodeResult:
+                  min_len: int = 0,
+                  argmax: Callable[[jax.Array], jax.Array] = argmax) -> DecodeResult:
     """Greedy decoding: the most likely token at every step (ties: lowest id).
 
     Args:
@@ -74,13 +74,13 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
       bos_id, eos_id, pad_id: special ids (from the tokenizer / ModelConfig).
       chunk_size: decode steps between early-exit checks.
       min_len: EOS is forbidden before output position ``min_len``.
-      kernels: "cpu" takes the argmax through :mod:`jformer.kernels.topk`.
+      argmax: logp [B, V] -> int32 [B], the best token (ties: lowest id).
 
     Returns:
       DecodeResult with tokens [B, max_len], scores [B] (log-prob sums, no length
       penalty), lengths [B], finished [B] and num_steps.
     """
-    return _token_search(step_fn, state, lambda logp_BV, step: argmax(logp_BV, kernels),
+    return _token_search(step_fn, state, lambda logp_BV, step: argmax(logp_BV),
                          batch_size=batch_size, max_len=max_len, bos_id=bos_id,
                          eos_id=eos_id, pad_id=pad_id, chunk_size=chunk_size,
                          min_len=min_len)
@@ -118,7 +118,7 @@ def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
 def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
            max_len: int, temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0,
            bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
-           min_len: int = 0, kernels: str = "plain") -> DecodeResult:
+           min_len: int = 0, best_k: Callable = lax.top_k) -> DecodeResult:
     """Ancestral sampling from softmax(logits / temperature), optionally top-k filtered.
 
     ``rng``: a key, or one key per row [batch_size] (:func:`row_keys`). Row b draws step
@@ -128,7 +128,8 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
     or a float scalar array (traced: changing it does not recompile; > 0 is then the
     caller's to ensure). ``top_k=0`` samples from the full vocabulary; ``top_k=1`` is
     greedy. Scores are the model's (untempered, unfiltered) log-probs of the sampled
-    tokens. Other arguments (``kernels``: the top-k's) and the result are as in
+    tokens. ``best_k``: ``lax.top_k``'s contract, for ``top_k``. Other arguments and the
+    result are as in
     :func:`greedy_search`.
     """
     check_knob(temperature, "temperature", strict=True)
@@ -147,7 +148,7 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
         require(top_k <= logp_BV.shape[-1], "top_k", f"<= vocab ({logp_BV.shape[-1]})",
                  top_k)
         # Draw among the k best only: exact k even with ties, and cheaper than masking V.
-        top_logp_BK, top_ids_BK = best_k(logp_BV, top_k, kernels)
+        top_logp_BK, top_ids_BK = best_k(logp_BV, top_k)
         pick_B = draw(top_logp_BK, step)
         return jnp.take_along_axis(top_ids_BK, pick_B[:, None], axis=1)[:, 0]
 

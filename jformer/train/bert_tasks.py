@@ -39,8 +39,7 @@ from jformer.model.bert import Bert, init_params
 from jformer.train import warm_start
 from jformer.train.config_checks import changed_model_fields, validate_config
 from jformer.train.evaluation import eval_sums
-from jformer.kernels.fused_loss import projected_cross_entropy
-from jformer.train.losses import smoothed_cross_entropy
+from jformer import ops as ops_lib
 from jformer.train.step import make_evaluation_step, make_step
 from jformer.train.tasks import Built, Task
 
@@ -167,7 +166,8 @@ class PretrainTask(Task):
         self.baseline = unigram_baseline(train.docs.sentences.values, specials,
                                          eval_data.batches, tok.vocab_size)
         cfg = resolve(raw, tok)
-        return Built(cfg, Bert(cfg.model, cfg.bert, "pretrain", p.next_sentence),
+        return Built(cfg, Bert(cfg.model, cfg.bert, "pretrain", p.next_sentence,
+                          ops_lib.resolve(cfg.model)),
                      train_data, eval_data)
 
     def init_params(self, job, rng, example):
@@ -179,7 +179,6 @@ class PretrainTask(Task):
 
     def loss(self, job):
         model, nsp = job.model, job.cfg.pretrain.next_sentence
-        fused = job.cfg.model.cpu_kernels
         pad = job.cfg.model.pad_id
 
         def loss_fn(params, batch, rng, totals):
@@ -189,8 +188,8 @@ class PretrainTask(Task):
                 batch["mlm_positions"], deterministic,
                 rngs=None if deterministic else {"dropout": rng},
                 method=Bert.pretrain_outputs)
-            mlm = mlm_sums(x_BPD, w_VD, bias_V, batch["mlm_targets"], batch["mlm_weights"],
-                           fused)
+            mlm = model.ops.loss(x_BPD, w_VD, bias_V, batch["mlm_targets"],
+                                 batch["mlm_weights"])
             metrics = {"tokens": mlm["tokens"], "nll": mlm["nll"], "mlm_loss": mlm["nll"],
                        "mlm_correct": mlm["correct"],
                        "input_tokens": (batch["inputs"] != pad).sum().astype(jnp.float32)}
@@ -233,18 +232,6 @@ class PretrainTask(Task):
 
     def final(self, job, params):
         return {"task": self.kind, **self.evaluate(job, params)}
-
-
-def mlm_sums(x_BPD, w_VD, bias_V, targets_BP, weights_BP, fused: bool) -> dict:
-    """Masked-LM cross-entropy sums (``loss``, ``nll``, ``tokens``, ``correct``) of the
-    logits x . w^T + bias at the gathered positions: the logits then the loss (plain), or
-    with ``fused`` (``model.kernels="cpu"``) the projection inside the loss, as translation
-    chooses in :func:`jformer.train.step.make_loss_fn`."""
-    if fused:
-        return projected_cross_entropy(x_BPD, w_VD, bias_V, targets_BP, weights_BP)
-    logits_BPV = jnp.einsum("BPD,VD->BPV", x_BPD, w_VD,
-                            preferred_element_type=jnp.float32) + bias_V
-    return smoothed_cross_entropy(logits_BPV, targets_BP, weights_BP)
 
 
 def figures(summed: Mapping[str, float]) -> dict[str, float]:

@@ -36,6 +36,7 @@ from jformer.data.pretraining import SPECIAL_PIECES, Specials
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.encoder import EncoderPredictor, answer_scores, entity_f1
 from jformer.model.bert import Bert, init_params
+from jformer.ops import resolve
 from jformer.train import bert_tasks, warm_start
 from jformer.train.config_checks import validate_config
 from jformer.train.evaluation import eval_sums, host_params
@@ -161,7 +162,8 @@ class FinetuneTask(Task):
         cfg = bert_tasks.resolve(raw, tok, bert=dataclasses.replace(
             early.bert, num_labels=max(len(labels), 2)),
             finetune=dataclasses.replace(early.finetune, labels=labels))
-        return Built(cfg, Bert(cfg.model, cfg.bert, self.kind), data["train"], data["eval"])
+        model = Bert(cfg.model, cfg.bert, self.kind, ops=resolve(cfg.model))
+        return Built(cfg, model, data["train"], data["eval"])
 
     # ------------------------------------------------------------------ model, loss
     def init_params(self, job, rng, example):

@@ -17,10 +17,8 @@ import optax
 from flax import struct
 from jax import lax
 
-from jformer.kernels.fused_loss import projected_cross_entropy
 from jformer.mesh import AXIS
 from jformer.model import Transformer
-from jformer.train.losses import smoothed_cross_entropy
 from jformer.types import PyTree
 
 MODEL_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",
@@ -69,24 +67,19 @@ def _model_inputs(batch: dict) -> dict:
 def make_loss_fn(model: Transformer, label_smoothing: float, pad_id: int) -> Callable:
     """loss_fn(params, batch, rng | None) -> (smoothed loss sum, metric sums).
 
-    The logits of the whole batch, then the label-smoothed loss; with kernels="cpu" the
-    output projection runs inside the loss instead (the same sums, in cached chunks).
+    The decoder's final states and output projection (``Transformer.features``), scored
+    by the model's ``ops.loss`` (the label-smoothed loss of their logits).
     """
-    fused = model.cfg.cpu_kernels
 
     def loss_fn(params, batch, rng):
         deterministic = rng is None
         apply = dict(deterministic=deterministic, rngs=None if deterministic else {"dropout": rng})
         targets_BT = batch["targets"]
         weights_BT = targets_BT != pad_id
-        if fused:
-            states_BTD, w_VD, bias_V = model.apply({"params": params}, **_model_inputs(batch),
-                                                   method=Transformer.features, **apply)
-            metrics = projected_cross_entropy(states_BTD, w_VD, bias_V, targets_BT, weights_BT,
-                                              label_smoothing)
-        else:
-            logits_BTV = model.apply({"params": params}, **_model_inputs(batch), **apply)
-            metrics = smoothed_cross_entropy(logits_BTV, targets_BT, weights_BT, label_smoothing)
+        states_BTD, w_VD, bias_V = model.apply({"params": params}, **_model_inputs(batch),
+                                               method=Transformer.features, **apply)
+        metrics = model.ops.loss(states_BTD, w_VD, bias_V, targets_BT, weights_BT,
+                                 label_smoothing)
         return metrics["loss"], metrics
 
     return loss_fn

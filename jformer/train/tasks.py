@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jformer import config as config_lib
 from jformer.data.pipeline import build_pipeline
 from jformer.model import Transformer
+from jformer.ops import resolve
 from jformer.train import evaluation, warm_start
 from jformer.train.config_checks import check_resume_config, resolve_config, validate_config
 from jformer.train.step import make_eval_step, make_train_step
@@ -109,7 +110,7 @@ class TranslationTask(Task):
         eval_data = build_pipeline(early.data, workdir, "eval",
                                    tokenizer=train_data.tokenizer, **shard)
         cfg = resolve_config(raw, train_data)
-        return Built(cfg, Transformer(cfg.model), train_data, eval_data)
+        return Built(cfg, Transformer(cfg.model, resolve(cfg.model)), train_data, eval_data)
 
     def init_params(self, job, rng, example):
         inputs = jnp.asarray(example["inputs"][:1])

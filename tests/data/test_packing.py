@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from jformer.config import ModelConfig
+from jformer.ops import transformer
 from jformer.data.batching import BatchIterator, BatchOptions
 from jformer.data.ragged import RaggedArray
-from jformer.train.losses import smoothed_cross_entropy
-from jformer.model.transformer import Transformer
+from jformer.model.losses import smoothed_cross_entropy
+
 
 PAD, EOS = 0, 3
 CFG = ModelConfig(vocab_size=41, d_model=16, num_heads=2, num_encoder_layers=2,
@@ -27,7 +28,7 @@ def test_packed_batch_gives_the_unpacked_per_sentence_loss():
     options = BatchOptions(max_tokens=4 * 24, boundaries=(8, 16, 24), pad_id=PAD, shuffle=False,
                            repeat=False, pack=True, pack_len=24)
     it = BatchIterator(RaggedArray.from_rows(src), RaggedArray.from_rows(tgt), options)
-    model = Transformer(CFG)
+    model = transformer(CFG)
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.int32),
                         np.zeros((1, 4), np.int32))
     apply = jax.jit(model.apply)

@@ -99,9 +99,9 @@ def test_split_sentences_share_batches_with_the_others(translator, monkeypatch):
     seg = split_to_fit(long_text, count_tokens(translator), translator.model_cfg.max_len)
     calls, decode = [], batch_decode.decode_batch
 
-    def recording(params, output_DV, inputs_BS, *args, **kwargs):
+    def recording(params, prepared, inputs_BS, *args, **kwargs):
         calls.append(inputs_BS.shape)
-        return decode(params, output_DV, inputs_BS, *args, **kwargs)
+        return decode(params, prepared, inputs_BS, *args, **kwargs)
 
     monkeypatch.setattr(translate, "decode_batch", recording)
     out = translator.translate(["Five.", long_text, "Hello"], method="greedy")
@@ -187,9 +187,9 @@ def test_a_memory_limit_shrinks_batches_to_fit_and_changes_no_result(setup, monk
     limited = Translator(cfg, params, tok, dataclasses.replace(SPLIT, memory_limit=5 * one))
     rows, decode = [], batch_decode.decode_batch
 
-    def recording(params, output_DV, inputs_BS, *args, **kwargs):
+    def recording(params, prepared, inputs_BS, *args, **kwargs):
         rows.append(inputs_BS.shape)
-        return decode(params, output_DV, inputs_BS, *args, **kwargs)
+        return decode(params, prepared, inputs_BS, *args, **kwargs)
 
     monkeypatch.setattr(translate, "decode_batch", recording)
     assert limited.translate(sentences, **kwargs) == expected

@@ -14,6 +14,7 @@ import pytest
 
 from jformer.config import ConfigError, DecodeConfig, ModelConfig, parse_bytes
 from jformer.inference import memory
+from jformer.ops import transformer
 from jformer.model import Transformer
 from jformer.train.step import make_loss_fn
 
@@ -25,7 +26,7 @@ KERNELS = ("plain", "cpu")  # every cache layout
 def allocated_bytes(cfg: ModelConfig, batch: int, beam: int, max_len: int, src_len: int
                     ) -> int:
     """Bytes of every array init_decode_state returns, from their shapes alone."""
-    model = Transformer(cfg)
+    model = transformer(cfg)
     inputs = jax.ShapeDtypeStruct((batch, src_len), jnp.int32)
     encoded = jax.ShapeDtypeStruct((batch, src_len, cfg.d_model), jnp.dtype(cfg.dtype))
     params = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, x), inputs)["params"]
@@ -100,7 +101,7 @@ def _residual_bytes(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int,
                     dropout: bool) -> int:
     from jax._src.ad_checkpoint import saved_residuals  # jax's own print_saved_residuals
 
-    model = Transformer(cfg)
+    model = transformer(cfg)
     data = {"inputs": jnp.full((batch, src_len), 5, jnp.int32),
             "targets": jnp.full((batch, tgt_len), 6, jnp.int32)}
     params = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, x),

@@ -123,7 +123,7 @@ def test_bfloat16_allocates_a_bf16_cache_of_half_the_budgeted_bytes(setup16):
     cfg, params, tok = setup16
     stored = Translator(cfg, params, tok, dataclasses.replace(DECODE, dtype="bfloat16"))
     inputs = jnp.asarray(_source(cfg))
-    cache = encode_and_init(Transformer(stored.model_cfg), stored.params, inputs, 12)
+    cache = encode_and_init(Transformer(stored.model_cfg, stored.ops), stored.params, inputs, 12)
     kv = cache.self_k + cache.self_v + cache.cross_k + cache.cross_v
     assert {jnp.result_type(x) for x in kv} == {jnp.dtype(jnp.bfloat16)}
     f32 = memory.cache_parts(cfg, 2, 4, 12, src_len=8)

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jformer.kernels.topk import beam_candidates
+from jformer.ops import transformer
 from jformer.inference import batch_decode
 from jformer.inference import buckets as bucketing
 from jformer.inference import translator as translate
@@ -28,7 +30,6 @@ from jformer.data import demo
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.translator import Hypothesis, Translator
 from jformer.model.masks import NEG_INF
-from jformer.model.transformer import Transformer
 from jformer.workdir import checkpoint, files
 
 CORPUS = demo.generate_pairs(0, 300, 0, 0)["train"]
@@ -46,7 +47,7 @@ def words_of_corpus() -> list[str]:
 @functools.cache
 def _random_params(cfg: ModelConfig) -> dict:
     dummy = jnp.zeros((1, 4), jnp.int32)
-    init = jax.jit(Transformer(cfg).init)  # eager init would dispatch op by op
+    init = jax.jit(transformer(cfg).init)  # eager init would dispatch op by op
     return jax.device_get(init(jax.random.key(0), dummy, dummy)["params"])
 
 
@@ -131,7 +132,7 @@ def test_step_logits_equal_teacher_forced_logits(translator, setup):
     inputs_BS = rng.integers(4, cfg.vocab_size, (2, 7)).astype(np.int32)
     inputs_BS[0, 5:] = cfg.pad_id
     targets_BT = rng.integers(4, cfg.vocab_size, (2, 6)).astype(np.int32)
-    expected_BTV = np.asarray(jax.jit(Transformer(cfg).apply)({"params": params}, inputs_BS,
+    expected_BTV = np.asarray(jax.jit(transformer(cfg).apply)({"params": params}, inputs_BS,
                                                               targets_BT))
     decoder_in_BT = np.concatenate([np.full((2, 1), cfg.bos_id), targets_BT[:, :-1]], 1)
     step_fn, state = translator.step_fn(inputs_BS, max_len=8)
@@ -251,9 +252,9 @@ def test_short_batches_run_on_fewer_rows(translator, monkeypatch):
     assert bucketing.padded_rows(5, 6, devices=3) == 6  # capped at batch_size
     shapes, decode_batch = [], batch_decode.decode_batch
 
-    def recording(params, output_DV, inputs_BS, *args, **kwargs):
+    def recording(params, prepared, inputs_BS, *args, **kwargs):
         shapes.append(inputs_BS.shape)
-        return decode_batch(params, output_DV, inputs_BS, *args, **kwargs)
+        return decode_batch(params, prepared, inputs_BS, *args, **kwargs)
 
     monkeypatch.setattr(translate, "decode_batch", recording)
     one = translator.translate(["It is late."], method="greedy")
@@ -267,9 +268,9 @@ def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator
     spec = translator._spec("greedy", 1, 24, 0, 1)  # the 16-token bucket's
     inputs_BS = np.full((DECODE.batch_size, 16), cfg.pad_id, np.int32)
     inputs_BS[:, 0] = cfg.eos_id
-    out = batch_decode.decode_batch(translator.params, translator.output_DV, inputs_BS,
+    out = batch_decode.decode_batch(translator.params, translator.prepared, inputs_BS,
                                  np.zeros(DECODE.batch_size, bool), jax.random.key(0),
-                                 model_cfg=cfg, spec=spec)
+                                 model_cfg=cfg, ops=translator.ops, spec=spec)
     assert np.all(np.asarray(out.tokens)[:, 0, 0] == cfg.eos_id)
     assert int(out.num_steps) == CHUNK < spec.max_len  # one chunk, then the loop exits
 
@@ -398,7 +399,7 @@ def test_restored_translator_equals_in_memory_one(tmp_path, setup, translator):
 def test_two_stage_top_k_equals_one_top_k_over_all_extensions(vocab):
     rng = np.random.default_rng(vocab)
     ext_BWV = jnp.asarray(rng.integers(0, 4, (3, 4, vocab)).astype(np.float32))  # ties
-    logp, parent, token = beam_search._top_extensions(ext_BWV, 8)
+    logp, parent, token = beam_candidates(ext_BWV, 8)  # the "cpu" set's two stages
     want_logp, flat = jax.lax.top_k(ext_BWV.reshape(3, 4 * vocab), 8)
     np.testing.assert_array_equal(logp, want_logp)
     np.testing.assert_array_equal(parent * vocab + token, flat)
@@ -410,13 +411,13 @@ def test_slot_addressed_beam_cache_steps_equal_teacher_forcing(setup):
     # a random parent choice (repeats included) remaps the slot table. Each hypothesis'
     # logits must still be the teacher-forced logits of its own prefix.
     cfg, params, _ = setup
-    model, rng = Transformer(cfg), np.random.default_rng(3)
+    model, rng = transformer(cfg), np.random.default_rng(3)
     batch, beams, steps = 2, 3, 6
     inputs_BS = rng.integers(4, cfg.vocab_size, (batch, 7)).astype(np.int32)
     inputs_BS[1, 4:] = cfg.pad_id
     cache = batch_decode.encode_and_init(model, params, inputs_BS, steps, beam_size=beams)
     step_fn, state = batch_decode.make_step_fn(model, params, cache)
-    step, reorder = jax.jit(step_fn), jax.jit(batch_decode.reorder_beam_state)
+    step, reorder = jax.jit(step_fn), jax.jit(model.ops.cache.reorder)
     teacher = jax.jit(model.apply)
     inputs_NS = np.repeat(inputs_BS, beams, axis=0)
     history_N = [[] for _ in range(batch * beams)]  # decoder inputs fed so far
@@ -445,7 +446,7 @@ def test_slot_addressed_beam_cache_steps_equal_teacher_forcing(setup):
 @pytest.mark.parametrize("beam_size", [2, 4])
 def test_slot_addressed_beam_search_equals_reordering_the_rows(setup, beam_size):
     cfg, params, tok = setup
-    model = Transformer(cfg)
+    model = transformer(cfg)
     inputs_BS = np.full((3, 16), cfg.pad_id, np.int32)
     for b, ids in enumerate(tok.encode_lists(SHORT[:2] + SHORT[3:4])):
         inputs_BS[b, :len(ids)] = ids
@@ -458,13 +459,13 @@ def test_slot_addressed_beam_search_equals_reordering_the_rows(setup, beam_size)
                                           beam_size if slots else None)
         step_fn, state = batch_decode.make_step_fn(model, params, cache)
         return beam_search.beam_search(
-            step_fn, state, reorder=batch_decode.reorder_beam_state if slots else None, **spec)
+            step_fn, state, reorder=model.ops.cache.reorder if slots else None, **spec)
 
     slot, rows = search(True), search(False)
     cache = batch_decode.encode_and_init(model, params, inputs_BS, 12, beam_size + 1)
     with pytest.raises(ValueError, match="init_decode_state's beam_size must be the search"):
         beam_search.beam_search(*batch_decode.make_step_fn(model, params, cache),
-                                reorder=batch_decode.reorder_beam_state, **spec)
+                                reorder=model.ops.cache.reorder, **spec)
     np.testing.assert_array_equal(slot.tokens, rows.tokens)
     np.testing.assert_array_equal(slot.lengths, rows.lengths)
     np.testing.assert_allclose(slot.scores, rows.scores, rtol=1e-5, atol=1e-5)

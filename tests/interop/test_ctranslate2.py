@@ -29,7 +29,7 @@ from jformer.data.tokenizer import Tokenizer  # noqa: E402
 from jformer.inference import Translator  # noqa: E402
 from jformer.interop import ctranslate2 as ct2_export  # noqa: E402
 from jformer.interop.ctranslate2_search import gnmt_rerank, search_options  # noqa: E402
-from jformer.model import Transformer  # noqa: E402
+from jformer.ops import transformer  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
 from jformer.workdir import files  # noqa: E402
 from tests.interop.ct2_helpers import (VARIANTS, assert_same_search, ct2_pieces,  # noqa: E402
@@ -52,7 +52,7 @@ def perturbed_params(cfg: ModelConfig, seed: int = 0) -> dict:
     embeddings N(0, 1/fan_in), biases N(0, 0.1), LayerNorm scales 1 + N(0, 0.1), so a
     misplaced bias or norm shows in the log-probs. (Drawn with numpy: no compile.)"""
     dummy = jax.ShapeDtypeStruct((1, 4), jnp.int32)
-    shapes = jax.eval_shape(lambda a: Transformer(cfg).init(jax.random.key(0), a, a),
+    shapes = jax.eval_shape(lambda a: transformer(cfg).init(jax.random.key(0), a, a),
                             dummy)["params"]
     rng = np.random.default_rng(seed)
 
@@ -82,7 +82,7 @@ def jformer_log_probs(cfg: ModelConfig, params, sources, targets) -> list[np.nda
     width = max(len(x) for x in sources + targets)
     pad = lambda rows: np.array([np.pad(r, (0, width - len(r)), constant_values=cfg.pad_id)
                                  for r in rows], np.int32)
-    logits_BTV = jax.jit(Transformer(cfg).apply)({"params": params}, pad(sources),
+    logits_BTV = jax.jit(transformer(cfg).apply)({"params": params}, pad(sources),
                                                  pad(targets))
     banned_V = np.isin(np.arange(cfg.vocab_size), [cfg.pad_id, cfg.bos_id])
     logp_BTV = jax.nn.log_softmax(jnp.where(banned_V, NEG_INF, logits_BTV), axis=-1)

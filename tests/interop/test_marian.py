@@ -48,7 +48,8 @@ from jformer.workdir import checkpoint, files  # noqa: E402
 from jformer.interop.marian import (MarianImportError, convert_params,  # noqa: E402
                                     model_config, read_hf_config, read_weights)
 from jformer.interop.marian_workdir import import_marian  # noqa: E402
-from jformer.model import Transformer  # noqa: E402
+from jformer.ops import transformer
+
 
 PAIRS = demo_pairs(9, seed=11)  # sentences none of the models was built from
 SOURCES = [s for s, _ in PAIRS]
@@ -126,7 +127,7 @@ def test_logits_equal_hugging_faces(noised, weights, kernels):
     assert (inputs == batch.input_ids.numpy()).all() and (targets == batch.labels.numpy()).all()
     assert (inputs == pad).any() and (targets == pad).any()  # the batch is padded
     cfg = dataclasses.replace(config.model, kernels=kernels)
-    got = np.asarray(Transformer(cfg).apply({"params": params}, inputs.astype(np.int32),
+    got = np.asarray(transformer(cfg).apply({"params": params}, inputs.astype(np.int32),
                                             targets.astype(np.int32)))
     real = targets != pad  # HF's logits at padded target positions are not predictions
     np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=0)
@@ -329,7 +330,7 @@ def mean_nll(config, tokenizer, params, pairs) -> float:
     inputs = padded(tokenizer.encode_lists([s for s, _ in pairs]), pad).astype(np.int32)
     targets = padded(tokenizer.encode_lists([t for _, t in pairs], side="target"),
                      pad).astype(np.int32)
-    logits = np.asarray(Transformer(config.model).apply({"params": params}, inputs, targets),
+    logits = np.asarray(transformer(config.model).apply({"params": params}, inputs, targets),
                         np.float64)
     logits -= logits.max(-1, keepdims=True)
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from jformer.config import ModelConfig
-from jformer.inference.batch_decode import SearchSpec, decode_batch, output_matrix
+from jformer.inference.batch_decode import SearchSpec, decode_batch
 from jformer.kernels.attention import (attention, beam_slot_attention, cached_attention,
                                        step_attention)
 from jformer.kernels.matmul import _contract, einsum
+from jformer.ops import resolve, transformer
 from jformer.model import Transformer
 from jformer.model.attention import dot_product_attention
 
@@ -197,10 +198,12 @@ def test_the_decode_loop_copies_no_self_attention_buffer(beam):
     cfg = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=1,
                       num_decoder_layers=2, d_ff=32, dropout_rate=0.0, kernels="cpu")
     inputs = jnp.full((2, 5), 5, jnp.int32).at[:, -1].set(cfg.eos_id)
-    params = jax.jit(Transformer(cfg).init)(jax.random.PRNGKey(0), inputs, inputs)["params"]
+    params = jax.jit(transformer(cfg).init)(jax.random.PRNGKey(0), inputs, inputs)["params"]
     spec = SearchSpec("beam" if beam > 1 else "greedy", beam, max_len=6)
-    hlo = decode_batch.lower(params, output_matrix(cfg, params), inputs, jnp.ones(2, bool),
-                             jax.random.PRNGKey(0), 0.6, model_cfg=cfg, spec=spec
+    ops = resolve(cfg)
+    prepared = ops.cache.prepare(Transformer(cfg, ops), params, portable=True)  # not packed
+    hlo = decode_batch.lower(params, prepared, inputs, jnp.ones(2, bool),
+                             jax.random.PRNGKey(0), 0.6, model_cfg=cfg, ops=ops, spec=spec
                              ).compile().as_text()
     head_dim, cols = cfg.d_model // cfg.num_heads, 6 * beam
     buffers = (f"f32[2,3,{head_dim},{cols}]", f"f32[2,3,{cols},{head_dim}]")

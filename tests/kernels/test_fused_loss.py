@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jformer.kernels.fused_loss import projected_cross_entropy
-from jformer.train.losses import smoothed_cross_entropy
+from jformer.model.losses import smoothed_cross_entropy
 
 
 def _unfused(x, w, bias, targets, weights, eps):

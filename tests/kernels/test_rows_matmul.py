@@ -9,10 +9,11 @@ import pytest
 from jax import lax
 
 from jformer.config import ModelConfig
-from jformer.inference.batch_decode import (PACKED_ROWS_MAX, SearchSpec, decode_batch,
-                                            encode_and_init, make_step_fn, output_matrix,
-                                            packed_weights)
+from jformer.inference.batch_decode import (SearchSpec, decode_batch, encode_and_init,
+                                            make_step_fn)
+from jformer.kernels.ops import PACKED_ROWS_MAX
 from jformer.kernels import native_attention, rows_matmul
+from jformer.ops import resolve, transformer
 from jformer.model import Transformer
 
 pytestmark = pytest.mark.skipif(not rows_matmul.available(),
@@ -84,9 +85,22 @@ def _params(cfg):
     """Random parameters of cfg's shapes (no zero biases or unit scales), without the
     seconds a Transformer.init takes."""
     x = jnp.ones((1, 4), jnp.int32)
-    shapes = jax.eval_shape(Transformer(cfg).init, jax.random.key(1), x, x)["params"]
+    shapes = jax.eval_shape(transformer(cfg).init, jax.random.key(1), x, x)["params"]
     rng = np.random.default_rng(2)
     return jax.tree.map(lambda s: jnp.asarray(0.3 * rng.normal(size=s.shape), s.dtype), shapes)
+
+
+def prepared(cfg, params, packed=True):
+    """The decode steps' prepared value: with the weights packed, or (portable) without."""
+    return transformer(cfg).ops.cache.prepare(transformer(cfg), params, portable=not packed)
+
+
+def packed_weights(cfg, params):
+    """The packed weight matrices of :func:`prepared` (None where there are none)."""
+    tree = prepared(cfg, params).get(rows_matmul.COLLECTION, {})
+    leaves = [x for p, x in jax.tree_util.tree_leaves_with_path(tree)
+              if "output_DV" not in jax.tree_util.keystr(p)]
+    return leaves or None
 
 
 VARIANTS = [dict(), dict(tie_output=False, norm="pre"), dict(output_bias=True),
@@ -97,17 +111,15 @@ VARIANTS = [dict(), dict(tie_output=False, norm="pre"), dict(output_bias=True),
 def test_packed_decode_step_gives_the_same_logits(variant):
     cfg = dataclasses.replace(CFG, **variant)
     params = _params(cfg)
-    packed = packed_weights(cfg, params)
     # every weight matrix a step multiplies by: 4 per attention pair, 2 FFN, per layer
-    assert len(jax.tree.leaves(packed)) == 6 * cfg.num_decoder_layers + 1
-    model = Transformer(cfg)
+    assert len(jax.tree.leaves(packed_weights(cfg, params))) == 6 * cfg.num_decoder_layers + 1
+    model = transformer(cfg)
     inputs = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], np.int32)
     cache = jax.jit(lambda p, x: encode_and_init(model, p, x, 6))(params, jnp.asarray(inputs))
-    output_DV = output_matrix(cfg, params)
     tokens = jnp.array([2, 11])
     outs = []
-    for p in (None, packed):
-        step_fn, state = make_step_fn(model, params, cache, output_DV=output_DV, packed=p)
+    for p in (prepared(cfg, params, packed=False), prepared(cfg, params)):
+        step_fn, state = make_step_fn(model, params, cache, prepared=p)
         run = jax.jit(lambda t, s: step_fn(t, jnp.int32(0), s))
         logits, new = run(tokens, state)
         outs.append((logits, new))
@@ -123,16 +135,16 @@ def test_searches_over_packed_weights_agree(method, beam):
     inputs = rng.integers(4, CFG.vocab_size, (3, 7)).astype(np.int32)
     inputs[:, -1] = 3
     spec = SearchSpec(method, beam, max_len=10)
-    args = (params, output_matrix(CFG, params), inputs, np.ones(3, bool), jax.random.key(0),
-            np.float32(0.6), np.float32(1.0))
-    plain = decode_batch(*args, None, model_cfg=CFG, spec=spec)
-    packed = packed_weights(CFG, params)
-    fast = decode_batch(*args, packed, model_cfg=CFG, spec=spec)
+    args = (inputs, np.ones(3, bool), jax.random.key(0), np.float32(0.6), np.float32(1.0))
+    static = dict(model_cfg=CFG, ops=resolve(CFG), spec=spec)
+    plain = decode_batch(params, prepared(CFG, params, packed=False), *args, **static)
+    packed = prepared(CFG, params)
+    fast = decode_batch(params, packed, *args, **static)
     np.testing.assert_array_equal(fast.tokens, plain.tokens)
     np.testing.assert_allclose(fast.scores, plain.scores, rtol=1e-5, atol=1e-5)
     # one custom call per weight matrix in each copy of the step the compiled program
     # holds (the search's chunked loop and its remainder)
-    hlo = decode_batch.lower(*args, packed, model_cfg=CFG, spec=spec).compile().as_text()
+    hlo = decode_batch.lower(params, packed, *args, **static).compile().as_text()
     calls, per_step = hlo.count(f'custom_call_target="{rows_matmul.TARGET}"'), 6 * 2 + 1
     assert calls > 0 and calls % per_step == 0, calls
     # and beam search's self-attention through jformer.kernels.native_attention
@@ -149,8 +161,8 @@ def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
     assert PACKED_ROWS_MAX < 132
     inputs = np.full((33, 5), 3, np.int32)
     spec = SearchSpec("beam", 4, max_len=4)
-    args = (params, output_matrix(CFG, params), inputs, np.ones(33, bool), jax.random.key(0),
-            np.float32(0.6), np.float32(1.0), packed_weights(CFG, params))
-    hlo = decode_batch.lower(*args, model_cfg=CFG, spec=spec).as_text()
+    args = (params, prepared(CFG, params), inputs, np.ones(33, bool), jax.random.key(0),
+            np.float32(0.6), np.float32(1.0))
+    hlo = decode_batch.lower(*args, model_cfg=CFG, ops=resolve(CFG), spec=spec).as_text()
     for target in (rows_matmul.TARGET, native_attention.SLOT_TARGET):
         assert target not in hlo

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from jformer.model import masks
+from jformer.ops import resolve
+from jformer.config import ModelConfig
 from jformer.model.attention import MultiHeadAttention, dot_product_attention
 
 
@@ -97,7 +99,7 @@ def _projection_gradient(kernels, method, weights):
     """(the jitted gradient's StableHLO, its value with respect to the kernel, the
     expected value) of sum_j w_j * sum(out_j)."""
     cross = method is MultiHeadAttention.project_memory
-    mha = MultiHeadAttention(num_heads=2, d_model=8, cross=cross, kernels=kernels)
+    mha = resolve(ModelConfig(kernels=kernels)).attention(num_heads=2, d_model=8, cross=cross)
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 8))
     params = mha.init(jax.random.PRNGKey(1), x, method=method)
 

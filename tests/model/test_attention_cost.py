@@ -11,6 +11,7 @@ import pytest
 from jax.extend import core as jcore
 
 from jformer.config import ModelConfig
+from jformer.ops import transformer
 from jformer.model import Transformer
 
 
@@ -38,7 +39,7 @@ def matmul_flops(jaxpr) -> int:
 def encoder_flops(n: int, d: int, heads: int, d_ff: int, batch: int = 1) -> int:
     cfg = ModelConfig(vocab_size=32, d_model=d, num_heads=heads, num_encoder_layers=1,
                       num_decoder_layers=1, d_ff=d_ff, max_len=max(n, 8), dropout_rate=0.0)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     inputs = jnp.full((batch, n), 5, jnp.int32)
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0), inputs, inputs)
     jaxpr = jax.make_jaxpr(lambda p, x: model.apply(p, x, method=Transformer.encode))(

@@ -8,7 +8,8 @@ import pytest
 
 from configs import bert_base, bert_demo, bert_large, bert_small
 from jformer.config import BertConfig, ModelConfig, from_config_dict
-from jformer.model import Transformer
+from jformer.ops import resolve, transformer
+
 from jformer.model.bert import Bert, count_params, init_params
 from jformer.model.masks import NEG_INF
 
@@ -134,7 +135,7 @@ def test_bert_initialisation_and_the_encoder_is_the_translation_encoder():
     assert (np.asarray(norm["scale"]) == 1).all() and not np.asarray(norm["bias"]).any()
     # jformer's EncoderLayer: the translation encoder's layer has the same parameters
     x = jnp.ones((1, 4), jnp.int32)
-    translation = jax.eval_shape(lambda: Transformer(CFG).init(jax.random.PRNGKey(0), x, x))
+    translation = jax.eval_shape(lambda: transformer(CFG).init(jax.random.PRNGKey(0), x, x))
     shapes = lambda t: jax.tree.map(lambda a: a.shape, t)  # noqa: E731
     assert shapes(translation["params"]["encoder"]["layer_0"]) == \
         shapes(params["encoder"]["layer_0"])
@@ -169,8 +170,9 @@ def test_the_encoder_and_heads_agree_under_plain_and_cpu_kernels(head, norm):
     inputs, types = batch()
     positions = jnp.array([[1, 6, 0], [2, 7, 8]], jnp.int32)
     cfg = dataclasses.replace(CFG, norm=norm)
-    plain = Bert(dataclasses.replace(cfg, kernels="plain"), BERT, head)
-    cpu = Bert(dataclasses.replace(cfg, kernels="cpu"), BERT, head)
+    plain_cfg, cpu_cfg = (dataclasses.replace(cfg, kernels=k) for k in ("plain", "cpu"))
+    plain = Bert(plain_cfg, BERT, head, ops=resolve(plain_cfg))
+    cpu = Bert(cpu_cfg, BERT, head, ops=resolve(cpu_cfg))
     params = noised(make(head, cfg=dataclasses.replace(cfg, kernels="plain"))[1])
     args = (inputs, types, positions) if head == "pretrain" else (inputs, types)
     shapes = lambda t: jax.tree.map(lambda a: a.shape, t)  # noqa: E731

@@ -10,7 +10,8 @@ import pytest
 
 from jformer.config import ModelConfig, TrainConfig, resolve_kernels
 from jformer.inference import Translator
-from jformer.model import Transformer
+from jformer.ops import transformer
+
 from jformer.train.step import create_train_state, make_loss_fn, make_train_step
 from jformer.train.schedules import make_optimizer
 from jformer.mesh import AXIS, make_mesh
@@ -30,15 +31,15 @@ VARIANTS = [dict(), dict(norm="pre"), dict(tie_output=False),
 
 
 def pair(cfg):
-    return (Transformer(dataclasses.replace(cfg, kernels="plain")),
-            Transformer(dataclasses.replace(cfg, kernels="cpu")))
+    return (transformer(dataclasses.replace(cfg, kernels="plain")),
+            transformer(dataclasses.replace(cfg, kernels="cpu")))
 
 
 def noised_params(cfg, seed=0):
     """Parameters with every leaf noised (zero biases and unit scales would hide a
     misplaced bias or a doubled norm)."""
     x = jnp.ones((1, 4), jnp.int32)
-    params = Transformer(cfg).init(jax.random.PRNGKey(seed), x, x)["params"]
+    params = transformer(cfg).init(jax.random.PRNGKey(seed), x, x)["params"]
     leaves, tree = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
     return jax.tree.unflatten(tree, [p + 0.2 * jax.random.normal(k, p.shape)
@@ -107,7 +108,7 @@ def test_bfloat16_compute_agrees_to_bf16_tolerance():
 
 def _train(kernels, steps=6):
     cfg = dataclasses.replace(CFG, kernels=kernels)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     tcfg = TrainConfig(warmup_steps=2, learning_rate_scale=0.1)
     tx, schedule = make_optimizer(tcfg, cfg.d_model)
     dp = DataParallel(make_mesh(first_devices(2)))
@@ -130,7 +131,7 @@ def test_a_short_training_run_ends_with_the_same_parameters():
     assert AXIS == "data"
     plain, cpu = _train("plain"), _train("cpu")
     start = jax.device_get(create_train_state(
-        Transformer(CFG), optax.adam(1e-3), 0, {k: np.asarray(v) for k, v in batch().items()}
+        transformer(CFG), optax.adam(1e-3), 0, {k: np.asarray(v) for k, v in batch().items()}
     ).params)
     leaves = zip(jax.tree_util.tree_leaves_with_path(plain), jax.tree.leaves(cpu),
                  jax.tree.leaves(start))

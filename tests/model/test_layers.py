@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from jformer.config import ModelConfig
-from jformer.model import Transformer
+from jformer.ops import transformer
+
 
 PAD, BOS, EOS = 0, 2, 3
 CFG = ModelConfig(vocab_size=37, d_model=24, num_heads=3, num_encoder_layers=2,
@@ -122,7 +123,7 @@ def test_forward_equals_the_numpy_reference(kernels, norm, activation, options):
                               **options)
     src = np.array([5, 9, 14, 30, 7, EOS], np.int32)
     tgt = np.array([11, 6, 21, 8, EOS], np.int32)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     params = model.init(jax.random.PRNGKey(0), src[None], tgt[None])["params"]
     leaves, tree = jax.tree.flatten(params)  # noised: zero biases would hide a lost one
     keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))

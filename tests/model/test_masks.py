@@ -1,5 +1,6 @@
 import numpy as np
 
+from jformer.ops import transformer
 from jformer.model import masks
 
 
@@ -107,11 +108,10 @@ def test_a_query_with_nothing_to_attend_stays_finite():
     import jax.numpy as jnp
 
     from jformer.config import ModelConfig
-    from jformer.model import Transformer
 
     cfg = ModelConfig(vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
                       num_decoder_layers=1, d_ff=32, max_len=8, dropout_rate=0.0)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     inputs = jnp.array([[5, 6, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)  # row 1: all padding
     targets = jnp.array([[7, 3, 0, 0], [0, 0, 0, 0]], jnp.int32)
     variables = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, targets)

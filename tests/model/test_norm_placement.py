@@ -14,7 +14,8 @@ import optax
 import pytest
 
 from jformer.config import ModelConfig
-from jformer.model import Transformer
+from jformer.ops import transformer
+
 
 LAYERS = 6
 SEEDS = (0, 1, 2)
@@ -27,7 +28,7 @@ def decoder_layer_grad_norms(norm: str) -> np.ndarray:
     cfg = ModelConfig(vocab_size=64, d_model=64, num_heads=4, num_encoder_layers=1,
                       num_decoder_layers=LAYERS, d_ff=256, max_len=20, dropout_rate=0.0,
                       norm=norm)
-    model = Transformer(cfg)
+    model = transformer(cfg)
 
     @jax.jit
     def layer_norms(key, inputs, targets):

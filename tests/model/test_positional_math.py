@@ -10,6 +10,7 @@ import pytest
 from flax import linen as nn
 
 from jformer.config import ModelConfig
+from jformer.ops import transformer
 from jformer.model import Transformer
 from jformer.model.embeddings import sinusoid_table
 
@@ -130,7 +131,7 @@ def test_the_model_adds_positions_to_scaled_embeddings():
     """The first encoder layer reads embedding * sqrt(d_model) + PE(pos): a sum, same width."""
     cfg = ModelConfig(vocab_size=20, d_model=D, num_heads=2, num_encoder_layers=1,
                       num_decoder_layers=1, d_ff=32, max_len=12, dropout_rate=0.0)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     inputs = jnp.array([[5, 6, 7, 8, 9]], jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs)["params"]
 
@@ -173,7 +174,7 @@ def test_word_order_reaches_the_encoder_only_through_the_positions():
     (attention itself sees a set); permuting the tokens alone changes them."""
     cfg = ModelConfig(vocab_size=20, d_model=D, num_heads=2, num_encoder_layers=2,
                       num_decoder_layers=1, d_ff=32, max_len=12, dropout_rate=0.0)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     inputs = jnp.array([[5, 6, 7, 8, 9, 10]], jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs)
     encode = jax.jit(lambda x, pos: model.apply(params, x, None, pos, method=Transformer.encode))

@@ -8,6 +8,7 @@ import pytest
 
 from configs import base, big
 from jformer.config import ModelConfig, from_config_dict
+from jformer.ops import transformer
 from jformer.model.transformer import Transformer, shift_right
 
 PAD, BOS, EOS = 0, 2, 3
@@ -26,7 +27,7 @@ def make_batch(seed=0, B=2, S=7, T=5):
 
 def init(cfg=CFG, seed=0):
     inputs, targets = make_batch()
-    return Transformer(cfg), Transformer(cfg).init(jax.random.PRNGKey(seed), inputs, targets)
+    return transformer(cfg), transformer(cfg).init(jax.random.PRNGKey(seed), inputs, targets)
 
 
 @pytest.mark.slow
@@ -96,7 +97,7 @@ def test_cached_decoding_equals_teacher_forcing(norm, positional):
 
 def count_params(cfg: ModelConfig) -> int:
     x = jax.ShapeDtypeStruct((1, 4), jnp.int32)
-    shapes = jax.eval_shape(lambda a, b: Transformer(cfg).init(jax.random.PRNGKey(0), a, b), x, x)
+    shapes = jax.eval_shape(lambda a, b: transformer(cfg).init(jax.random.PRNGKey(0), a, b), x, x)
     return sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))
 
 
@@ -156,7 +157,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
     assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(v))
     logits = model.apply(v, inputs, targets)
     assert logits.dtype == jnp.float32
-    ref = Transformer(CFG).apply(v, inputs, targets)
+    ref = transformer(CFG).apply(v, inputs, targets)
     assert np.abs(np.asarray(logits - ref)).max() < 0.2
 
 
@@ -248,7 +249,7 @@ def test_features_project_to_the_logits(tie_output, norm):
 def test_features_initialises_the_same_parameters_as_call():
     cfg = dataclasses.replace(CFG, tie_output=False)
     inputs, targets = make_batch()
-    via_call = Transformer(cfg).init(jax.random.PRNGKey(0), inputs, targets)
-    via_features = Transformer(cfg).init(jax.random.PRNGKey(0), inputs, targets,
+    via_call = transformer(cfg).init(jax.random.PRNGKey(0), inputs, targets)
+    via_features = transformer(cfg).init(jax.random.PRNGKey(0), inputs, targets,
                                          method=Transformer.features)
     assert jax.tree.map(jnp.shape, via_call) == jax.tree.map(jnp.shape, via_features)

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from jformer.search.beam import beam_search
+from jformer.ops import resolve
+from jformer.config import ModelConfig
 from jformer.search import greedy_search, length_penalty, sample
 
 B, V, W = 3, 7, 4
@@ -508,8 +510,9 @@ def test_beam_pruning_matches_a_plain_reference_search(beam, alpha, eos_candidat
 
         state = {"row": jnp.arange(rows, dtype=jnp.int32), "prev": jnp.full((rows,), 2)}
         for kernels in ("plain", "cpu"):
+            candidates = resolve(ModelConfig(kernels=kernels)).beam_candidates
             out = beam_search(step_fn, state, batch_size=rows, beam_size=beam,
-                              max_len=max_len, alpha=alpha, chunk_size=2, kernels=kernels,
+                              max_len=max_len, alpha=alpha, chunk_size=2, candidates=candidates,
                               eos_candidates=eos_candidates, **ids)
             for r in range(rows):
                 want = reference_beam(lambda s: logp_fn(r, s), vocab, beam, max_len, alpha,

@@ -9,11 +9,12 @@ import optax
 import pytest
 
 from jformer.config import ModelConfig, TrainConfig
-from jformer.model.transformer import Transformer
+from jformer.ops import transformer
+
 from jformer.train.schedules import make_optimizer
 from jformer.mesh import make_mesh
 from jformer.train.sharding import DataParallel
-from jformer.train.losses import smoothed_cross_entropy
+from jformer.model.losses import smoothed_cross_entropy
 from jformer.train.step import (create_train_state, make_eval_step, make_loss_fn,
                                  make_train_step)
 from tests.devices import first_devices
@@ -41,7 +42,7 @@ def run(parallelism, devices, steps=3, accum_steps=1, dropout=0.0):
 @functools.lru_cache(maxsize=None)  # several tests compare against the same reference run
 def _run(parallelism, devices, steps, accum_steps, dropout):
     cfg = dataclasses.replace(CFG, dropout_rate=dropout)
-    model = Transformer(cfg)
+    model = transformer(cfg)
     tx, schedule = make_optimizer(TCFG, cfg.d_model)
     dp = DataParallel(make_mesh(devices), parallelism)
     step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0,
@@ -120,7 +121,7 @@ def test_dropout_makes_steps_depend_on_rng_but_stay_reproducible():
 
 
 def test_nonfinite_loss_leaves_state_untouched():
-    model = Transformer(CFG)
+    model = transformer(CFG)
     tx, _ = make_optimizer(TCFG, CFG.d_model)
     dp = DataParallel(make_mesh(first_devices(2)))
     step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0),
@@ -144,7 +145,7 @@ def test_sgd_step_applies_the_gradient_of_the_token_mean_loss(devices):
     parameters by -lr times the gradient of the global batch's summed loss divided by its
     real target tokens, whatever the device count; grad_norm is that gradient's norm."""
     lr, batch = 0.5, global_batch(7)
-    model, tx = Transformer(CFG), optax.sgd(0.5)
+    model, tx = transformer(CFG), optax.sgd(0.5)
     dp = DataParallel(make_mesh(first_devices(devices)))
     step = dp.compile(make_train_step(model, tx, label_smoothing=0.1, pad_id=0),
                       donate_state=False)
@@ -160,7 +161,7 @@ def test_sgd_step_applies_the_gradient_of_the_token_mean_loss(devices):
 
 
 def test_eval_step_sums_over_the_global_batch():
-    model = Transformer(CFG)
+    model = transformer(CFG)
     tx, _ = make_optimizer(TCFG, CFG.d_model)
     state = create_train_state(model, tx, 0, global_batch(0))
     dp = DataParallel(make_mesh(first_devices(4)))
@@ -206,7 +207,7 @@ def test_bfloat16_loss_gradients_are_as_close_to_float32_as_the_plain_logits(tie
     """bf16 compute: the fused loss (float32 logits) errs no more than bf16 logits + loss."""
     cfg = dataclasses.replace(CFG, tie_output=tie_output, norm="pre")
     model, batch, params = _noised_model(cfg)
-    bf16 = Transformer(dataclasses.replace(cfg, dtype="bfloat16"))
+    bf16 = transformer(dataclasses.replace(cfg, dtype="bfloat16"))
     exact = jax.jit(jax.grad(_plain_loss(model, batch), has_aux=True))(params)[0]
     fused = jax.jit(jax.grad(make_loss_fn(bf16, 0.1, 0), has_aux=True))(params, batch, None)[0]
     plain = jax.jit(jax.grad(_plain_loss(bf16, batch), has_aux=True))(params)[0]
@@ -219,7 +220,7 @@ def test_bfloat16_loss_gradients_are_as_close_to_float32_as_the_plain_logits(tie
 
 
 def _noised_model(cfg):
-    model, batch = Transformer(cfg), global_batch(3)
+    model, batch = transformer(cfg), global_batch(3)
     params = model.init(jax.random.PRNGKey(0), batch["inputs"], batch["targets"])["params"]
     leaves, tree = jax.tree.flatten(params)  # noised: a zero bias would hide a lost one
     keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))

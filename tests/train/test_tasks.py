@@ -12,6 +12,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from jformer.ops import resolve
 from jformer import train as train_lib
 from jformer.cli import main as cli_main
 from jformer.config import ConfigError, from_config_dict
@@ -304,7 +305,7 @@ def test_pretraining_loss_and_gradients_agree_under_plain_and_cpu_kernels():
     for kernels in ("plain", "cpu"):
         model_cfg = dataclasses.replace(cfg.model, kernels=kernels, dropout_rate=0.0,
                                         attention_dropout_rate=0.0)
-        model = Bert(model_cfg, cfg.bert, "pretrain")
+        model = Bert(model_cfg, cfg.bert, "pretrain", ops=resolve(model_cfg))
         params = noised(init_params(model, jax.random.PRNGKey(0), batch["inputs"][:1]))
         job = types.SimpleNamespace(model=model, cfg=dataclasses.replace(cfg, model=model_cfg))
         loss_fn, totals_fn = PretrainTask().loss(job)

@@ -2,9 +2,9 @@
 
 With eps_ls = ``label_smoothing`` the target distribution q puts 1 - eps on the true token
 and eps / (V - 1) on every other one. The loss is KL(q || p) = H(q, p) - H(q): the cross
-entropy against q minus q's own (constant) entropy, so a perfect model scores 0. With
-``model.kernels="cpu"`` training computes the same sums with the output projection fused
-in (:func:`jformer.kernels.fused_loss.projected_cross_entropy`).
+entropy against q minus q's own (constant) entropy, so a perfect model scores 0.
+:func:`projected_cross_entropy` is the same loss of the output projection's logits: the
+stock form of ``Ops.loss`` (:mod:`jformer.model.ops`).
 """
 from __future__ import annotations
 
@@ -42,3 +42,18 @@ def smoothed_cross_entropy(logits_BTV: Array, targets_BT: Array, weights_BT: Arr
     w_BT = weights_BT.astype(jnp.float32)
     return {"loss": (loss_BT * w_BT).sum(), "nll": jax.lax.stop_gradient((nll_BT * w_BT).sum()),
             "tokens": w_BT.sum(), "correct": (correct_BT * w_BT).sum()}
+
+
+def projected_cross_entropy(x_BTD: Array, w_VD: Array, bias_V: Array | None,
+                            targets_BT: Array, weights_BT: Array,
+                            label_smoothing: float = 0.0) -> dict[str, Array]:
+    """:func:`smoothed_cross_entropy` of the logits x . w^T + bias.
+
+    x_BTD: final states [batch, len, d_model] in the compute dtype; w_VD: output weights
+    [vocab, d_model] in that dtype; bias_V: float32 [vocab] or None. The logits are
+    float32 [batch, len, vocab], all of them in memory at once.
+    """
+    logits_BTV = jnp.einsum("BTD,VD->BTV", x_BTD, w_VD, preferred_element_type=jnp.float32)
+    if bias_V is not None:
+        logits_BTV = logits_BTV + bias_V
+    return smoothed_cross_entropy(logits_BTV, targets_BT, weights_BT, label_smoothing)

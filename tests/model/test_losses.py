@@ -1,10 +1,10 @@
-"""jformer.train.losses: label-smoothed cross entropy (paper 5.4) against an explicit KL."""
+"""jformer.model.losses: label-smoothed cross entropy (paper 5.4) against an explicit KL."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jformer.train.losses import smoothed_cross_entropy
+from jformer.model.losses import smoothed_cross_entropy
 
 
 def reference(logits, targets, weights, eps):

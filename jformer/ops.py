@@ -1,0 +1,24 @@
+"""``model.kernels`` ("auto" | "plain" | "cpu") resolved, once, into a set of pieces.
+
+:func:`resolve` is the one place the string is read: training, inference, interop and
+the searches receive the :class:`~jformer.model.ops.Ops` it returns (or the modules and
+functions it holds). "plain" is :data:`jformer.model.ops.STOCK`, "cpu" is
+:data:`jformer.kernels.ops.CPU`, and "auto" is "cpu" on the CPU platform and "plain"
+elsewhere (a program lowered for another platform resolves it for that platform).
+"""
+from __future__ import annotations
+
+from jformer.config import ModelConfig, resolve_kernels
+from jformer.kernels.ops import CPU
+from jformer.model import Transformer
+from jformer.model.ops import STOCK, Ops
+
+
+def resolve(cfg: ModelConfig, platform: str | None = None) -> Ops:
+    """The set ``cfg.kernels`` names for ``platform`` (None: the default backend)."""
+    return CPU if resolve_kernels(cfg.kernels, platform) == "cpu" else STOCK
+
+
+def transformer(cfg: ModelConfig, platform: str | None = None) -> Transformer:
+    """The translation model of ``cfg`` with the set :func:`resolve` picks."""
+    return Transformer(cfg, resolve(cfg, platform))
