@@ -1,9 +1,11 @@
 """jformer.kernels.native: the C++ kernels' library is built once into the cache, and
 without a compiler decoding warns once and keeps XLA's ops."""
+import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from jformer.kernels import native
@@ -70,3 +72,36 @@ def test_a_compiler_that_fails_midway_leaves_nothing_in_the_cache(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "internal compiler error" in done.stderr and "failed (1)" in done.stderr
     assert cache.is_dir() and list(cache.iterdir()) == []  # the partial output is gone
+
+
+def test_without_a_compiler_translations_equal_the_native_kernels(tmp_path):
+    """The fallback a user without g++ gets (XLA's ops, one warning) translates the
+    committed workdir as the native kernels do: the same ids, scores to 1e-5."""
+    from jformer.inference import Translator
+
+    fixture = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "fixtures", "legacy_workdir")
+    sources = ["The meeting is on Thursday, June 26, 1962.", "I see a big dog.",
+               "Five red apples cost ten euros.", "It is seven o'clock."]
+    script = (
+        "import json, sys\n"
+        "from jformer.inference import Translator\n"
+        "from jformer.kernels import native\n"
+        "assert native.available() is False\n"
+        f"tr = Translator.from_checkpoint({fixture!r})\n"
+        "out = [[(h.ids.tolist(), h.score) for h in tr.translate(json.loads(sys.argv[1]),\n"
+        "        beam_size=w, return_scores=True)] for w in (1, 4)]\n"
+        "print(json.dumps(out))\n")
+    env = dict(os.environ, CXX="no-such-compiler-jformer", JFORMER_KERNEL_CACHE=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(sources)], env=env,
+                          capture_output=True, text=True, cwd=os.path.dirname(
+                              os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("jformer.kernels.native unavailable") == 1
+    fallback = json.loads(done.stdout.strip().splitlines()[-1])
+    assert native.available()  # this process decodes through the native kernels
+    translator = Translator.from_checkpoint(fixture)
+    for beam, want in zip((1, 4), fallback):
+        got = translator.translate(sources, beam_size=beam, return_scores=True)
+        assert [h.ids.tolist() for h in got] == [ids for ids, _ in want]
+        np.testing.assert_allclose([h.score for h in got], [s for _, s in want], rtol=1e-5)
