@@ -1,7 +1,8 @@
 """glibc malloc on transparent huge pages for XLA:CPU (Linux), shared by train.py and bench/.
 
-XLA:CPU maps each step's scratch memory fresh and pays a 4 KiB page fault for every page
-of it; with huge pages a small-config CPU step runs ~15% faster (bench/bench_train.py).
+XLA:CPU maps each step's scratch memory fresh and pays a page fault for every page of it;
+on 2 MiB huge pages that is one fault where 4 KiB pages take 512
+(``bench/bench_train.py --malloc hugepages|glibc`` measures the step under either).
 glibc reads the setting only at process start, so it goes in the environment of a new
 process. It changes nothing on accelerators.
 """

@@ -115,7 +115,7 @@ class TokenBytes(NamedTuple):
 def activation_bytes_per_token(model_cfg: ModelConfig, src_len: int, tgt_len: int,
                                dtype=None, dropout: bool = True) -> TokenBytes:
     """The tensors the backward pass needs, per token, without recomputation (a floor:
-    JAX's autodiff keeps 1.4-2.8x this, see docs/memory.md).
+    JAX's autodiff keeps more than this, see docs/memory.md).
 
     Per layer (d = d_model, f = d_ff, h = heads; words of the compute dtype; masks of
     one byte when dropout is on). A self-attention sublayer over n positions: its input

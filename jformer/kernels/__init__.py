@@ -7,7 +7,7 @@ picks "cpu" on the CPU backend and "plain" elsewhere).
 | kernel | replaces (plain form) | why on XLA:CPU |
 |---|---|---|
 | matmul.dense | ``x @ w`` through autodiff | weight gradients as plain [I, N] x [N, O] products; bf16 backward products |
-| bias.add_bias, bias.Dense | ``y + b``, ``flax.linen.Dense`` | the bias gradient as a float32-accumulated product, not a bf16 reduce-window |
+| bias.add_bias, bias.Dense | ``y + b``, ``flax.linen.Dense`` | the bias gradient summed in float32 as one reduction, not a bf16 reduce-window |
 | layernorm.LayerNorm | ``flax.linen.LayerNorm`` | a one-pass gradient from saved statistics |
 | dropout.Dropout | ``flax.linen.Dropout`` (threefry masks) | masks from a cheap counter-based hash |
 | tied_logits | ``einsum("BLD,VD->BLV")`` | the embedding gradient without transposing the logits' gradient |
@@ -19,7 +19,7 @@ picks "cpu" on the CPU backend and "plain" elsewhere).
 
 Each has a test of values and gradients against its plain form (tests/kernels), and the
 whole model is tested equal under both (tests/model/test_kernels_switch.py). What each
-one buys is measured in kernels/README.md.
+one buys, and the command that measures it: kernels/README.md.
 """
 from jformer.kernels.bias import Dense, add_bias
 from jformer.kernels.dropout import Dropout

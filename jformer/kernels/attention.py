@@ -6,7 +6,7 @@ is innermost and copies it otherwise:
 
 - keys and values live heads first, [B, H, M, K], so each step's products are batched
   over (B, H) with no transpose; the weights are the left operand of the value product
-  (the einsum's operand order gave a slow [B, H, K, L] loop dot);
+  (in the einsum's operand order XLA:CPU runs it as a [B, H, K, L] loop dot);
 - decode caches keep keys transposed, [B, H, K, M] (cross-attention, per-row and
   slot-addressed self-attention), written once per source or once per step;
 - beam search never moves the self-attention buffers: hypothesis w writes its key and
@@ -188,7 +188,7 @@ class CpuAttention(MultiHeadAttention):
         cache_k, cache_v = state
         # Attention reads the buffers as they were (positions < index) and the new key and
         # value beside them, so each buffer's update is its only other use and XLA writes it
-        # in place. (Read after the update, the buffers were copied every step: XLA fused the
+        # in place. (Read after the update, a buffer is copied every step: XLA fuses the
         # update into the product's batch-merging reshape as well as into the loop carry.)
         q_BH1K, k_BH1K, v_BH1K = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
         earlier_111T = (jnp.arange(cache_k.shape[3]) < index)[None, None, None, :]

@@ -94,11 +94,11 @@ def einsum(spec: str, a: Array, b: Array) -> Array:
 
     Autodiff of a bf16 product that accumulates in float32 multiplies the float32
     cotangent by a bf16 operand, which JAX upcasts: the backward products run on float32
-    operands (the attention score and value products of a bf16 step, 5% of it). Here the
+    operands (the attention score and value products of a bf16 step). Here the
     cotangent is cast to a's dtype first, as :func:`matmul` does, and each backward
     product is laid out for XLA:CPU's bf16 kernels (:func:`_contract`). float32
     operands keep autodiff's backward, so float32 training is unchanged (a reordered
-    float32 sum moved a 6-step Adam run by 1.2% of a parameter's update:
+    float32 sum would move Adam's updates away from the plain model's:
     tests/model/test_kernels_switch.py). Every axis of a and b must appear in the other
     operand or the output (no axis summed within one operand); then
     d a = einsum("out,b->a", g, b) and d b = einsum("out,a->b", g, a).

@@ -34,9 +34,9 @@ from jformer.types import Array, PyTree
 OUTPUT = "step_output"  # the decoder's StepOutput submodule, where the output matrix lives
 
 # Decode steps of at most this many rows (batch x beam) read the packed weights, larger
-# ones XLA's dot: measured small float32 against XLA's dot, the kernel gave 1.2-3x at 1-32
-# rows, 1.15-1.25x at 64 and 1.01-1.04x at 128 (kernels/README.md, "Decode steps over
-# packed weights"); past 128 it is not measured.
+# ones XLA's dot: the kernel's lead over XLA's dot shrinks as rows grow, and past this
+# limit it is not established (bench/bench_rows_matmul.py; kernels/README.md,
+# "rows_matmul").
 PACKED_ROWS_MAX = 128
 
 

@@ -1,11 +1,12 @@
 """Decode-step products x [M, K] . w [K, N] for few rows M, over weights packed once.
 
 A decode step multiplies B x W rows (batch x beam: 1 to a few hundred) by every weight
-matrix of the decoder. XLA:CPU's dot reads a [K, N] weight with N-strided rows and costs
-2.1-2.4x a 1-row product at 4 rows. Here the weight is packed once per model into column
-tiles, ``w_TKC`` [T, K, 64] (tile t = columns 64t..64t+63, zero-padded past N), and a
-C++ kernel reached through XLA's FFI (csrc/rows_matmul.cc) reads each tile once for up to
-six rows at a time, their sums in registers, the tiles shared over XLA's intra-op threads.
+matrix of the decoder. XLA:CPU's dot reads a [K, N] weight with N-strided rows, and its
+cost grows with the rows well before the product is bound by arithmetic. Here the weight
+is packed once per model into column tiles, ``w_TKC`` [T, K, 64] (tile t = columns
+64t..64t+63, zero-padded past N), and a C++ kernel reached through XLA's FFI
+(csrc/rows_matmul.cc) reads each tile once for up to six rows at a time, their sums in
+registers, the tiles shared over XLA's intra-op threads.
 
 * :func:`pack` / :func:`pack_decoder`: the packing, once per model (the decoder's weight
   matrices as a variable collection ``COLLECTION`` that mirrors its params; the
@@ -15,7 +16,7 @@ six rows at a time, their sums in registers, the tiles shared over XLA's intra-o
 * :func:`available`: jformer.kernels.native's library (built on first use with the C++
   compiler) is loaded; without it the decoder keeps XLA's dot.
 
-What it buys: kernels/README.md ("Decode steps over packed weights").
+What it buys: kernels/README.md ("rows_matmul").
 """
 from __future__ import annotations
 

@@ -138,10 +138,9 @@ def make_step(loss_fn: Callable, tx: optax.GradientTransformation, *, accum_step
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         # Finite loss and gradient norm are enough: every g**2 is then finite, so Adam's
-        # moments and updates are (from finite params and a finite schedule). Checking
-        # the updates' norm too made every new array wait for that reduction, so XLA kept
-        # the old and new params and moments alive at once: +0.85 GB and ~5% of the step
-        # time on the big model (bench_train.py big, batch 16).
+        # moments and updates are (from finite params and a finite schedule). The updates'
+        # norm is not checked: every new array would wait for that reduction, and XLA
+        # would keep the old and new params and moments alive at once.
 
         def update(state, grads):
             updates, opt_state = tx.update(grads, state.opt_state, state.params)
