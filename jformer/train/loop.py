@@ -119,7 +119,7 @@ def _train(raw_config: Mapping[str, Any], workdir: str,
             task.check_resume(workdir, early)  # before any data work
         job, state = build_job(raw, workdir)
         job.start_time = start
-        state = job.dp.put_state(restore_or_init(job, ckpt, state))
+        state = job.dp.put_state(restore_or_init(job, ckpt, job.dp.restore_target(state)))
         # Only now: a rerun whose config cannot restore the checkpoints must not replace
         # the config.json that `jformer translate` needs to load them.
         if jax.process_index() == 0:

@@ -58,6 +58,14 @@ class DataParallel:
                                   self._local_stacked)
         return jax.device_put(state, NamedSharding(self.mesh, P()))
 
+    def restore_target(self, state: PyTree) -> PyTree:
+        """The layout to restore a checkpoint of ``state`` into, so that :meth:`put_state`
+        moves nothing between hosts: under shard_map the replicated layout itself (orbax
+        reads each host's copy into place; a restored array committed to one device
+        would need a cross-host transfer, which the CPU backend refuses), under pmap
+        ``state`` as it is (put_state stacks host copies)."""
+        return state if self.parallelism == "pmap" else self.put_state(state)
+
     def get_state(self, state: PyTree) -> PyTree:
         """The replicated state as one copy (for checkpoints and evaluation)."""
         if self.parallelism == "pmap":

@@ -1,8 +1,11 @@
 """One process of the two-process CPU training test (tests/train/test_multihost.py).
 
-usage: python _multihost_worker.py PORT PROCESS_ID WORKDIR OUT.npz
+usage: python _multihost_worker.py PORT PROCESS_ID WORKDIR OUT.npz [STEPS [eval]]
 PROCESS_ID "single": the reference, one process with all 4 devices and no coordinator.
+STEPS (default 3): train to that step, resuming from WORKDIR's last checkpoint; "eval":
+then run the final evaluation and write its figures to OUT.npz's name + ".json".
 """
+import json
 import os
 import sys
 
@@ -16,20 +19,28 @@ import numpy as np  # noqa: E402
 
 from jformer import train as train_lib  # noqa: E402
 from jformer.config import TrainConfig  # noqa: E402
+from jformer.train import loop  # noqa: E402
 from jformer.train.evaluation import host_params  # noqa: E402
 from tests.train_helpers import tiny_config  # noqa: E402
 
 
 def main():
     port, workdir, out = sys.argv[1], sys.argv[3], sys.argv[4]
+    steps = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+    evaluate = sys.argv[6:] == ["eval"]
+    every = 2 if evaluate or steps != 3 else 3
     if SINGLE:
-        cfg = tiny_config(num_steps=3, checkpoint_every=3)
+        cfg = tiny_config(num_steps=steps, checkpoint_every=every)
     else:
-        cfg = tiny_config(num_steps=3, checkpoint_every=3, coordinator_address=f"localhost:{port}",
-                          num_processes=2, process_id=int(sys.argv[2]))
+        cfg = tiny_config(num_steps=steps, checkpoint_every=every,
+                          coordinator_address=f"localhost:{port}", num_processes=2,
+                          process_id=int(sys.argv[2]))
     train_lib.maybe_initialize_distributed(TrainConfig(**cfg.train.to_dict()))
     assert jax.process_count() == (1 if SINGLE else 2) and jax.device_count() == 4, jax.devices()
-    job, state = train_lib.train(cfg, workdir)
+    job, state, final = loop._train(cfg, workdir, final_eval=evaluate)
+    if evaluate:
+        with open(out + ".json", "w") as f:
+            json.dump({k: v for k, v in final.items() if k != "samples"}, f)
     params = host_params(state.params)
     flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(params)[0]}
     first_batch = next(job.train_data.batches.epoch_batches(0))["inputs"]  # this host's rows

@@ -24,17 +24,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_workers(tmp_path, tries=3):
-    """The outputs of processes 0, 1 and "single", and the pair's workdir. Process 0's
-    coordinator binds the port itself, in a child, so the port cannot be handed over:
-    when another process took it in between (xdist), the pair runs again on a new port,
-    up to ``tries`` times."""
+def run_workers(tmp_path, tries=3, phases=((3, False),), tag=""):
+    """The outputs of processes 0, 1 and "single", and the pair's workdir. ``phases``:
+    (steps, evaluate) per launch of the pair, each resuming the pair's workdir (the
+    single process runs the last phase from scratch). Process 0's coordinator binds the
+    port itself, in a child, so the port cannot be handed over: when another process
+    took it in between (xdist), the phase runs again on a new port, up to ``tries``
+    times (the bind fails in jax.distributed.initialize, before the workdir is touched)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 
-    def worker(i, port, workdir):
+    def worker(i, port, workdir, steps, evaluate):
         log = open(tmp_path / f"{i}-{port}.log", "w+")  # not a pipe: nobody blocks on it
         proc = subprocess.Popen([sys.executable, os.path.join(HERE, "_multihost_worker.py"),
-                                 str(port), str(i), str(workdir), str(tmp_path / f"{i}.npz")],
+                                 str(port), str(i), str(workdir),
+                                 str(tmp_path / f"{i}{tag}.npz"), str(steps),
+                                 *(["eval"] if evaluate else [])],
                                 env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         return proc, log
 
@@ -43,20 +47,23 @@ def run_workers(tmp_path, tries=3):
         log.seek(0)
         return log.read()
 
-    single = worker("single", 0, tmp_path / "runsingle")
-    for attempt in range(tries):
-        port, run = free_port(), tmp_path / f"try{attempt}" / "run"
-        pair = [worker(i, port, run) for i in (0, 1)]
-        first = output(*pair[0])
-        if pair[0][0].returncode and PORT_TAKEN.search(first) and attempt + 1 < tries:
-            pair[1][0].kill()
-            output(*pair[1])
-            continue
-        break
-    procs = pair + [single]
-    outputs = [first] + [output(*w) for w in procs[1:]]
-    for (proc, _), out in zip(procs, outputs):
-        assert proc.returncode == 0, out[-3000:]
+    single = worker("single", 0, tmp_path / f"runsingle{tag}", *phases[-1])
+    run = tmp_path / f"run{tag}"
+    for steps, evaluate in phases:
+        for attempt in range(tries):
+            port = free_port()
+            pair = [worker(i, port, run, steps, evaluate) for i in (0, 1)]
+            first = output(*pair[0])
+            if pair[0][0].returncode and PORT_TAKEN.search(first) and attempt + 1 < tries:
+                pair[1][0].kill()
+                output(*pair[1])
+                continue
+            break
+        outputs = [first, output(*pair[1])]
+        for (proc, _), out in zip(pair, outputs):
+            assert proc.returncode == 0, out[-3000:]
+    outputs.append(output(*single))
+    assert single[0].returncode == 0, outputs[-1][-3000:]
     return outputs, run
 
 
@@ -91,3 +98,27 @@ def test_two_processes_train_as_one_process_with_the_same_global_batch(tmp_path)
     assert os.path.isdir(run / "checkpoints" / "3")
     bar = "train: 100%"  # the progress bar, on process 0's stderr only
     assert bar in outputs[0] and bar not in outputs[1]
+
+
+@pytest.mark.slow
+def test_two_processes_resume_and_evaluate_as_one_process(tmp_path):
+    """The pair trains to step 2, is launched again, resumes from its checkpoint to step
+    4 and runs the final evaluation: the parameters and the final figures equal one
+    process's 4 steps, and only process 0 decodes for BLEU."""
+    outputs, run = run_workers(tmp_path, phases=((2, False), (4, True)), tag="r")
+    a, b, one = (np.load(tmp_path / f"{i}r.npz") for i in (0, 1, "single"))
+    assert int(a["step"]) == int(b["step"]) == int(one["step"]) == 4
+    names = [k for k in a.files if k not in ("step", "local_devices", "first_batch")]
+    for k in names:
+        np.testing.assert_array_equal(a[k], b[k])
+        np.testing.assert_allclose(a[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    finals = [json.load(open(tmp_path / f"{i}r.npz.json")) for i in (0, 1, "single")]
+    assert all(f["step"] == 4 for f in finals)
+    for key in ("loss", "nll", "perplexity", "accuracy"):
+        assert finals[0][key] == pytest.approx(finals[2][key], rel=1e-5), key
+        assert finals[1][key] == pytest.approx(finals[0][key], rel=1e-5), key
+    assert finals[0]["bleu"] == pytest.approx(finals[2]["bleu"], abs=1e-9)
+    assert "bleu" not in finals[1]  # process 1 computes losses only
+    rows = [json.loads(line) for line in open(run / "metrics.jsonl")]
+    assert [r["step"] for r in rows if r["kind"] == "final"] == [4]
+    assert sorted(int(d) for d in os.listdir(run / "checkpoints")) == [2, 4]
