@@ -358,7 +358,7 @@ def part_decode(report: Report, args) -> dict:
     import flax_wmt_peer
     import jax
     import jax.numpy as jnp
-    from jformer.model.transformer import Transformer
+    from jformer.ops import transformer
 
     example = flax_wmt_peer.example_dir(args.flax_wmt_dir)
     modules = flax_wmt_peer.load_example(example) if example else None
@@ -367,7 +367,7 @@ def part_decode(report: Report, args) -> dict:
     params = {}
     for config in _list(args.decode_configs):
         dummy = jnp.zeros((1, 4), jnp.int32)
-        params[config] = jax.jit(Transformer(bench_decode.CONFIGS[config]).init)(
+        params[config] = jax.jit(transformer(bench_decode.CONFIGS[config]).init)(
             jax.random.key(0), dummy, dummy)["params"]
 
     def prepare(row: dict):
