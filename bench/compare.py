@@ -2,8 +2,8 @@
 
     python bench/compare.py [--train-configs small,base] [--dtypes float32,bfloat16]
         [--decode-shapes 32x1,32x4,1x1,1x4] [--peers flax,marian,ct2] [--rounds 3]
-        [--peer-python PY] [--ct2-threads 1,2] [--jformer-devices 1,2] [--out compare.json]
-        [--quick]
+        [--peer-python PY] [--ct2-threads 1,2] [--ct2-mkl 0,1] [--jformer-devices 1,2]
+        [--out compare.json] [--quick]
 
 What runs, each measurement in its own process:
 
@@ -20,7 +20,10 @@ What runs, each measurement in its own process:
   ``generate``), float32, under ``--peer-python`` (torch and transformers);
 - CTranslate2: peer_torch.py's worker on its converted random Marian model, float32 and
   int8 weights, once per thread setting (one worker with each of --ct2-threads; for a
-  batch over 1 also that many one-thread workers splitting it); the best setting counts.
+  batch over 1 also that many one-thread workers splitting it) and per matrix backend
+  (``CT2_USE_MKL`` each of --ct2-mkl: 1 Intel's MKL, 0 oneDNN; CTranslate2 picks MKL on
+  Intel CPUs by default, where oneDNN can be 8x faster at batch 1); the best setting
+  counts, as a user would tune it.
 
 The shapes are the same everywhere: training 64 sentences x 32 source x 32 target tokens
 (label smoothing 0.1, dropout 0.1, Adam), decoding the small config from 32 source
@@ -64,6 +67,7 @@ SCRIPTS = {"flax": "peer_flax_wmt.py", "marian": "peer_torch.py", "ct2": "peer_t
 # ct2 too: peer_torch.py converts a random transformers MarianMTModel with CTranslate2.
 PEER_MODULES = {"marian": ("torch", "transformers"),
                 "ct2": ("torch", "transformers", "ctranslate2")}
+CT2_BACKENDS = {"0": "oneDNN", "1": "MKL"}  # CT2_USE_MKL: CTranslate2's matrix library
 TORCH_THREADS = 2  # peer_torch.py's setting for torch and CTranslate2's default worker
 DECODE_CONFIG = "small"
 
@@ -79,6 +83,7 @@ class Job:
     json_path: str = ""  # jformer: the result is rows[0] of this file; peers: RESULT line
     detail: str = ""  # the setting: CTranslate2's threads, jformer's decoding devices
     peer: bool = True
+    env: dict = dataclasses.field(default_factory=dict)  # over the run's environment
     rows: tuple[str, ...] = ()  # several rows in one process: the engine of each JSON row
 
     @property
@@ -98,6 +103,8 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps / calls")
     p.add_argument("--decode-calls", type=int, default=10, help="timed calls, every side")
     p.add_argument("--ct2-threads", default="1,2")
+    p.add_argument("--ct2-mkl", default="0,1",
+                   help="CT2_USE_MKL settings to run CTranslate2 with (1 MKL, 0 oneDNN)")
     p.add_argument("--jformer-devices", default="1,2",
                    help="jformer's decoding device settings (batches over 1 that n divides)")
     p.add_argument("--peer-python", default=sys.executable,
@@ -114,11 +121,14 @@ def _parse(argv=None) -> argparse.Namespace:
     unknown = set(_list(args.peers)) - set(PEERS)
     if unknown:
         p.error(f"--peers must name some of {', '.join(PEERS)}; got {sorted(unknown)}")
+    if not _list(args.ct2_mkl) or set(_list(args.ct2_mkl)) - set(CT2_BACKENDS):
+        p.error(f"--ct2-mkl must list some of 0, 1 (CT2_USE_MKL); got {args.ct2_mkl!r}")
     if args.quick:
         args.rounds, args.train_configs, args.dtypes, args.decode_shapes = 1, "small", \
             "float32", "1x1"
         args.train_steps, args.warmup, args.decode_calls = 2, 1, 2
         args.ct2_threads, args.jformer_devices, args.no_gate = "1", "1", True
+        args.ct2_mkl = "0"
     return args
 
 
@@ -250,16 +260,16 @@ def decode_jobs(args, batch: int, beam: int, peers: list[str], tmp: str,
             task="generate", config=DECODE_CONFIG, batch=batch, beams=beam, **reps)),
             "tokens_per_s"))
     if "ct2" in peers:
-        for ct, setting in itertools.product(("float32", "int8"), ct2_settings(
-                batch, [int(n) for n in _list(args.ct2_threads)])):
+        for ct, setting, mkl in itertools.product(("float32", "int8"), ct2_settings(
+                batch, [int(n) for n in _list(args.ct2_threads)]), _list(args.ct2_mkl)):
             inter, intra, most = setting
             spec = dict(task="ct2", config=DECODE_CONFIG, batch=batch, beams=beam,
                         compute_type=ct, model_dir=ct2_dir, inter_threads=inter,
                         intra_threads=intra, max_batch_size=most, **reps)
             detail = (f"{intra} thread{'s' if intra > 1 else ''}" if inter == 1
-                      else f"{inter} workers x 1 thread")
+                      else f"{inter} workers x 1 thread") + f", {CT2_BACKENDS[mkl]}"
             theirs.append(Job(group, f"CTranslate2 {ct}", _torch_worker(args, spec),
-                              "tokens_per_s", detail=detail))
+                              "tokens_per_s", detail=detail, env={"CT2_USE_MKL": mkl}))
     return ours, theirs
 
 
@@ -276,7 +286,7 @@ def run_job(job: Job, env: dict, timeout: float, cwd: str) -> dict:
     several rows also gets "rows", every row of its JSON (each with its worker's RSS)."""
     argv = job.argv + (["--json", job.json_path] if job.json_path else [])
     start = time.perf_counter()
-    done = run_measured(argv, env, timeout, cwd)
+    done = run_measured(argv, {**env, **job.env}, timeout, cwd)
     wall = time.perf_counter() - start
     if done.timed_out:
         return {"error": f"timeout after {timeout:g} s"}

@@ -57,7 +57,8 @@ def test_ctranslate2_thread_settings():
 
 
 def test_decode_group_holds_each_side_in_its_own_process(tmp_path):
-    args = compare._parse(["--dtypes", "float32,bfloat16", "--ct2-threads", "1,2"])
+    args = compare._parse(["--dtypes", "float32,bfloat16", "--ct2-threads", "1,2",
+                           "--ct2-mkl", "0,1"])
     ours, theirs = compare.decode_jobs(args, 32, 4, ["flax", "marian", "ct2"], str(tmp_path),
                                        "/ct2")
     assert [(j.engine, j.detail) for j in ours] == [
@@ -66,12 +67,30 @@ def test_decode_group_holds_each_side_in_its_own_process(tmp_path):
     assert [j.argv[j.argv.index("--devices") + 1] for j in ours] == ["1", "2", "1", "2"]
     assert len({j.json_path for j in ours}) == 4
     assert [(j.engine, j.detail) for j in theirs] == [
-        ("Flax WMT", ""), ("HF Marian", ""),
-        ("CTranslate2 float32", "1 thread"), ("CTranslate2 float32", "2 threads"),
-        ("CTranslate2 float32", "2 workers x 1 thread"),
-        ("CTranslate2 int8", "1 thread"), ("CTranslate2 int8", "2 threads"),
-        ("CTranslate2 int8", "2 workers x 1 thread")]
+        ("Flax WMT", ""), ("HF Marian", "")] + [
+        (f"CTranslate2 {ct}", f"{threads}, {backend}") for ct in ("float32", "int8")
+        for threads in ("1 thread", "2 threads", "2 workers x 1 thread")
+        for backend in ("oneDNN", "MKL")]
+    # Each CTranslate2 process gets its backend through the environment; the others none.
+    assert [j.env for j in theirs[2:8]] == [{"CT2_USE_MKL": m} for m in "010101"]
+    assert all(not j.env for j in ours + theirs[:2])
     assert all(j.group == "decode b32 beam4" for j in ours + theirs)
+
+
+def test_ct2_backend_setting_is_checked_and_reaches_the_process(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit):
+        compare._parse(["--ct2-mkl", "2"])
+    seen = {}
+
+    def fake_run(argv, env, timeout, cwd):
+        seen.update(env)
+        return compare.Finished(0, 'RESULT {"tokens_per_s": 5}\n', "", 1.0, False)
+
+    monkeypatch.setattr(compare, "run_measured", fake_run)
+    job = compare.Job("g", "CTranslate2 float32", ["peer"], "tokens_per_s",
+                      env={"CT2_USE_MKL": "0"})
+    out = compare.run_job(job, {"CT2_USE_MKL": "1", "OTHER": "x"}, 10, str(tmp_path))
+    assert out["tok_s"] == 5 and seen["CT2_USE_MKL"] == "0" and seen["OTHER"] == "x"
 
 
 def test_medians_over_rounds_best_setting_and_ratios():
