@@ -1,5 +1,6 @@
 """Test setup: 8 simulated CPU devices for data-parallel tests (set before jax is
-imported), and, under JFORMER_NO_SKIPS=1 (CI), every skip turned into a failure."""
+imported), no persistent compilation cache, and, under JFORMER_NO_SKIPS=1 (CI), every
+skip turned into a failure."""
 import os
 import re
 
@@ -22,6 +23,10 @@ def _with_device_count(xla_flags: str) -> str:
 
 os.environ["XLA_FLAGS"] = _with_device_count(os.environ.get("XLA_FLAGS", ""))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# No persistent compilation cache unless a test asks for one (tests/inference/
+# test_compile_cache.py): the suite neither writes into ~/.cache nor reads programs
+# another version of the code compiled.
+os.environ.setdefault("JFORMER_COMPILE_CACHE", "off")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -17,6 +17,14 @@ def add_model_args(p: argparse.ArgumentParser, workdir_help: str | None = None) 
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
 
 
+def add_compile_cache_arg(p: argparse.ArgumentParser) -> None:
+    """--compile-cache DIR|off (jformer.inference.compile_cache)."""
+    p.add_argument("--compile-cache", metavar="DIR|off", default=None,
+                   help="persistent XLA compilation cache: a second run loads its programs "
+                        "instead of compiling them (default: $JFORMER_COMPILE_CACHE, else "
+                        "~/.cache/jformer/xla; off: none)")
+
+
 def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int, default=None, help="beam size (1: greedy); "
                    "default: the run's decode.beam_size")
@@ -68,7 +76,8 @@ def load_translator(args: argparse.Namespace):
             pass
     return Translator.from_checkpoint(args.workdir, checkpoint_dir=args.checkpoint,
                                       step=args.step, devices=devices,
-                                      decode_cfg=decode_overrides(args))
+                                      decode_cfg=decode_overrides(args),
+                                      compile_cache=getattr(args, "compile_cache", None))
 
 
 def decode_overrides(args: argparse.Namespace):

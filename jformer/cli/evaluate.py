@@ -5,7 +5,8 @@ import argparse
 import os
 import sys
 
-from jformer.cli.common import add_model_args, add_search_args, load_translator, search_kwargs
+from jformer.cli.common import (add_compile_cache_arg, add_model_args, add_search_args,
+                                load_translator, search_kwargs)
 from jformer.cli.translate import DEFAULT_CHUNK_LINES, translate_stream
 
 NAME = "evaluate"
@@ -15,6 +16,7 @@ HELP = "translate a test set and print BLEU and chrF"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     add_search_args(p)
+    add_compile_cache_arg(p)
     p.add_argument("--src", required=True, help="source sentences, one per line")
     p.add_argument("--ref", required=True, help="reference translations, one per line")
     p.add_argument("--lowercase", action="store_true", help="case-insensitive scores")

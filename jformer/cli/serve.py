@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from jformer.cli.common import add_model_args
+from jformer.cli.common import add_compile_cache_arg, add_model_args
 
 NAME = "serve"
 HELP = "serve a trained model over HTTP: JSON API, web page, Prometheus metrics"
@@ -60,8 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--no-access-log", action="store_true", help="no line per request")
-    p.add_argument("--compile-cache", metavar="DIR", default=None,
-                   help="persistent XLA compilation cache: restarts skip compiling")
+    add_compile_cache_arg(p)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> None:
 
     import jax
 
-    from jformer.inference import OverlongWarning
+    from jformer.inference import OverlongWarning, compile_cache
     from jformer.serve import create_app
     from jformer.serve.limits import ServeLimits
     from jformer.serve.loading import ModelSource
@@ -95,9 +94,7 @@ def run(args: argparse.Namespace) -> None:
             jax.config.update("jax_num_cpu_devices", args.devices)
         except RuntimeError:
             pass
-    if args.compile_cache:
-        jax.config.update("jax_compilation_cache_dir", args.compile_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    compile_cache.enable(args.compile_cache)  # the process's; the Translator keeps it
     logging.getLogger("absl").setLevel(logging.ERROR)
     # The server logs overlong lines under their request field (jformer.serve.translation);
     # the Translator's warning would name a row of a shared batch.

@@ -8,7 +8,8 @@ import sys
 import warnings
 from typing import Iterable, TextIO
 
-from jformer.cli.common import add_model_args, add_search_args, load_translator, search_kwargs
+from jformer.cli.common import (add_compile_cache_arg, add_model_args, add_search_args,
+                                load_translator, search_kwargs)
 
 NAME = "translate"
 HELP = "translate stdin (one sentence per line) to stdout"
@@ -18,6 +19,7 @@ DEFAULT_CHUNK_LINES = 1000
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     add_search_args(p)
+    add_compile_cache_arg(p)
     p.add_argument("--input", default="-", help="input file (default: stdin)")
     p.add_argument("--output", default="-", help="output file (default: stdout)")
     p.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES,

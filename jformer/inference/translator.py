@@ -28,6 +28,7 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, prepare)
 from jformer.inference import memory, segment
+from jformer.inference.compile_cache import enable as compile_cache_of
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
 from jformer.inference.keys import key_source, source_keys
 from jformer.inference.precision import for_decoding
@@ -59,11 +60,14 @@ class Translator:
         of its cores, one search each (``jformer translate --devices``).
       source_lang: the sources' language (ISO 639 code), for the sentence rules that
         split overlong sources.
+      compile_cache: JAX's persistent compilation cache (:mod:`.compile_cache`): None
+        for ``$JFORMER_COMPILE_CACHE`` or ``~/.cache/jformer/xla``, a directory, or
+        "off". A process that already set a cache directory keeps its own.
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, tokenizer: Tokenizer,
                  decode_cfg: DecodeConfig | None = None, *, chunk_size: int = 8,
-                 devices: int = 1, source_lang: str = "en"):
+                 devices: int = 1, source_lang: str = "en", compile_cache: str | None = None):
         tok_ids = (tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
         cfg_ids = (model_cfg.vocab_size, model_cfg.pad_id, model_cfg.bos_id, model_cfg.eos_id)
         if tok_ids != cfg_ids:
@@ -75,6 +79,7 @@ class Translator:
         if not isinstance(devices, int) or not 1 <= devices <= len(local):
             raise ValueError(f"devices must be an int in [1, {len(local)}] (the local "
                              f"devices: {local[0].platform} x {len(local)}); got {devices!r}")
+        self.compile_cache = compile_cache_of(compile_cache)  # before anything compiles
         self.decode_cfg = decode_cfg or DecodeConfig()
         model_cfg, params = for_decoding(model_cfg, self.decode_cfg, params)
         self.model_cfg = model_cfg

@@ -46,7 +46,8 @@ def evaluate_bleu(job, params, num_sentences: int, num_samples: int = 0) -> dict
     if num_sentences:
         pairs = pairs[:num_sentences]
     translator = Translator(job.cfg.model, host_params(params), job.train_data.tokenizer,
-                            job.cfg.decode, source_lang=job.cfg.data.src_lang)
+                            job.cfg.decode, source_lang=job.cfg.data.src_lang,
+                            compile_cache="off")  # training leaves the process's cache as set
     hyps = translator.translate([s for s, _ in pairs], beam_size=job.cfg.decode.beam_size,
                                 alpha=job.cfg.decode.alpha)
     scores = scoring.corpus_scores(hyps, [t for _, t in pairs])
