@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import os
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,8 @@ from jformer.inference.compile_cache import enable as compile_cache_of
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
 from jformer.inference.keys import key_source, source_keys
 from jformer.inference.precision import for_decoding
-from jformer.inference.restore import load_workdir
+from jformer.inference.restore import check_params, load_workdir
+from jformer.inference.settings import SearchSettings, check_positive_int
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
                                        join_hypotheses)
 from jformer.mesh import make_mesh
@@ -40,8 +41,32 @@ from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.types import Array, PyTree
 
-METHODS = ("beam", "greedy", "sample")
 Pieces = tuple[list[np.ndarray | None], segment.Segmentation | None]
+
+
+class Sources(NamedTuple):
+    """Every piece of every sentence, one source each (pieces share batches)."""
+
+    ids: list[np.ndarray | None]  # EOS-terminated ids (None: nothing to decode)
+    owner: np.ndarray  # int32 [N]: the sentence a source belongs to
+    piece: np.ndarray  # int32 [N]: its piece number in that sentence
+    split: np.ndarray  # bool [N]: whether its sentence was split
+
+    @classmethod
+    def of(cls, encoded: list[Pieces]) -> "Sources":
+        return cls([ids for pieces, _ in encoded for ids in pieces],
+                   np.array([i for i, (p, _) in enumerate(encoded) for _ in p], np.int32),
+                   np.array([j for p, _ in encoded for j in range(len(p))], np.int32),
+                   np.array([seg is not None for p, seg in encoded for _ in p], bool))
+
+    def batch_keys(self, idx: list[int], rows: int, key_data: np.ndarray,
+                   fold_first: bool) -> Array:
+        """The sampling keys of a batch of ``rows`` rows holding sources ``idx``; padding
+        rows reuse a real row's key (their samples are discarded)."""
+        at = np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")
+        data = key_data[np.zeros(rows, np.int32) if fold_first else self.owner[at]]
+        return source_keys(data, self.owner[at], self.piece[at], self.split[at],
+                           fold_first=fold_first)
 
 
 class Translator:
@@ -203,16 +228,6 @@ class Translator:
                 f"(max_len, decode.max_len_a/b)")
         return min(batch_size, fit * devices)
 
-    def _spec(self, method: str, beam_size: int, max_len: int, top_k: int,
-              n_best: int) -> SearchSpec:
-        """Normalised spec: fields a method ignores keep defaults (fewer compiles)."""
-        if method == "beam" and beam_size > 1:
-            return SearchSpec("beam", beam_size, max_len, chunk_size=self.chunk_size,
-                              n_best=n_best, eos_candidates=self.decode_cfg.eos_candidates)
-        if method == "sample":
-            return SearchSpec("sample", 1, max_len, top_k=top_k, chunk_size=self.chunk_size)
-        return SearchSpec("greedy", 1, max_len, chunk_size=self.chunk_size)
-
     # ------------------------------------------------------------------ translation
     def translate(self, sentences: Sequence[str], beam_size: int | None = None,
                   alpha: float | None = None, max_len: int | None = None, n_best: int = 1,
@@ -258,64 +273,77 @@ class Translator:
         ``fold_in(key_i, j)``. "truncate" keeps the first model.max_len tokens with an
         :class:`OverlongWarning`; "error" raises :class:`OverlongError`.
         """
-        cfg = self.decode_cfg
-        beam_size = cfg.beam_size if beam_size is None else beam_size
-        alpha = cfg.alpha if alpha is None else alpha
-        batch_size = cfg.batch_size if batch_size is None else batch_size
-        temperature = cfg.temperature if temperature is None else temperature
-        _check_args(method, beam_size, alpha, temperature, n_best, batch_size, max_len)
-        if self.mesh is not None and batch_size % self.mesh.size:
-            raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
-                             f"(each device decodes an equal share); got {batch_size}")
-        top_k = cfg.top_k if top_k is None else top_k
+        settings = SearchSettings.of(self.decode_cfg, method=method, beam_size=beam_size,
+                                     alpha=alpha, n_best=n_best, max_len=max_len,
+                                     temperature=temperature, top_k=top_k)
+        batch_size = self._batch_size(batch_size)
         key_data, fold_first = key_source(jax.random.key(0) if rng is None else rng,
                                            len(sentences))
         if max_len is not None and max_len > self.model_cfg.max_len:
             warnings.warn(f"max_len={max_len} is more than the model's positions "
                           f"(model.max_len={self.model_cfg.max_len}); outputs are capped "
                           f"at {self.model_cfg.max_len} tokens", stacklevel=2)
-        encoded = self._encode(sentences, cfg.overlong)
-        # Every piece of every sentence is one source: pieces share batches.
-        sources = [ids for pieces, _ in encoded for ids in pieces]
-        # Per source: its sentence, its piece number, whether its sentence was split.
-        owner = np.array([i for i, (pieces, _) in enumerate(encoded) for _ in pieces], np.int32)
-        piece = np.array([j for pieces, _ in encoded for j in range(len(pieces))], np.int32)
-        split = np.array([seg is not None for pieces, seg in encoded for _ in pieces], bool)
-        empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
-        piece_hyps: list[list[Hypothesis]] = [[empty] for _ in sources]
-        specs, caps = {}, {}
-        for bucket in self.buckets:
-            out_len = (output_len(bucket, self.model_cfg, cfg, self.chunk_size)
-                       if max_len is None else min(max_len, self.model_cfg.max_len))
-            specs[bucket] = self._spec(method, beam_size, out_len, top_k, n_best)
+        encoded = self._encode(sentences, self.decode_cfg.overlong)
+        sources = Sources.of(encoded)
+        hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first)
+        return self._results(encoded, hyps, settings.n_best, return_scores)
+
+    def _batch_size(self, batch_size: int | None) -> int:
+        """``batch_size`` (default: decode.batch_size), checked against the devices."""
+        batch_size = self.decode_cfg.batch_size if batch_size is None else batch_size
+        check_positive_int("batch_size", batch_size)
+        if self.mesh is not None and batch_size % self.mesh.size:
+            raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
+                             f"(each device decodes an equal share); got {batch_size}")
+        return batch_size
+
+    def _decode_sources(self, sources: "Sources", settings: SearchSettings, batch_size: int,
+                        key_data: np.ndarray, fold_first: bool) -> list[list[Hypothesis]]:
+        """The hypotheses of every source (an empty one: one empty hypothesis), decoded
+        bucket by bucket in batches of at most ``batch_size`` sentences."""
+        specs = {bucket: settings.spec(self._output_len(bucket, settings.max_len),
+                                       self.chunk_size, self.decode_cfg.eos_candidates)
+                 for bucket in self.buckets}
+        caps: dict[int, int] = {}
 
         def rows_for(bucket: int) -> int:  # checked only for buckets in use
             if bucket not in caps:
                 caps[bucket] = self._rows_that_fit(batch_size, bucket, specs[bucket])
             return caps[bucket]
 
-        for bucket, idx in self._plan(sources, rows_for):
-            rows = padded_rows(len(idx), caps[bucket],
-                               1 if self.mesh is None else self.mesh.size)
-            # Padding rows reuse a real row's key (their samples are discarded).
-            at = np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")
-            data = key_data[np.zeros(rows, np.int32) if fold_first else owner[at]]
-            batch_keys = source_keys(data, owner[at], piece[at], split[at],
-                                      fold_first=fold_first)
-            hyps = self._decode([sources[i] for i in idx], bucket, rows, specs[bucket],
-                                batch_keys, alpha if method == "beam" else 0.0, temperature,
-                                n_best)
-            for i, h in zip(idx, hyps):
-                piece_hyps[i] = h
+        empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
+        hyps: list[list[Hypothesis]] = [[empty] for _ in sources.ids]
+        devices = 1 if self.mesh is None else self.mesh.size
+        for bucket, idx in self._plan(sources.ids, rows_for):
+            rows = padded_rows(len(idx), caps[bucket], devices)
+            keys = sources.batch_keys(idx, rows, key_data, fold_first)
+            decoded = self._decode([sources.ids[i] for i in idx], bucket, rows, specs[bucket],
+                                   keys, settings.penalty_alpha, settings.temperature,
+                                   settings.n_best)
+            for i, h in zip(idx, decoded):
+                hyps[i] = h
+        return hyps
+
+    def _output_len(self, bucket: int, max_len: int | None) -> int:
+        """Output positions for a source bucket: the a * len + b rule, or ``max_len``
+        capped at model.max_len."""
+        if max_len is None:
+            return output_len(bucket, self.model_cfg, self.decode_cfg, self.chunk_size)
+        return min(max_len, self.model_cfg.max_len)
+
+    def _results(self, encoded: list[Pieces], hyps: list[list[Hypothesis]], n_best: int,
+                 return_scores: bool) -> list:
+        """Per sentence: its hypotheses (a split one's pieces joined), as text unless
+        ``return_scores``; a list of n_best only when n_best > 1."""
         results: list[list[Hypothesis]] = []
         first = 0
         for pieces, seg in encoded:
-            hyps = piece_hyps[first:first + len(pieces)]
+            mine = hyps[first:first + len(pieces)]
             first += len(pieces)
-            results.append(hyps[0] if seg is None
-                           else join_hypotheses(seg, hyps, n_best, self.model_cfg.eos_id))
+            results.append(mine[0] if seg is None
+                           else join_hypotheses(seg, mine, n_best, self.model_cfg.eos_id))
         if not return_scores:
-            results = [[h.text for h in hyps] for hyps in results]
+            results = [[h.text for h in one] for one in results]
         return [r if n_best > 1 else r[0] for r in results]
 
     def _decode(self, rows: list[np.ndarray], bucket: int, batch_size: int, spec: SearchSpec,
@@ -357,36 +385,3 @@ class Translator:
         init = jax.jit(lambda p, x: encode_and_init(model, p, x, max_len))
         cache = init(self.params, jnp.asarray(inputs_BS))
         return make_step_fn(model, self.params, cache, prepared=self.prepared)
-
-def _check_args(method: str, beam_size: int, alpha: float, temperature: float,
-                n_best: int, batch_size: int, max_len: int | None) -> None:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
-    for name, value in (("beam_size", beam_size), ("n_best", n_best),
-                        ("batch_size", batch_size)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
-    if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
-        raise ValueError(f"max_len must be a positive int or None; got {max_len!r}")
-    search.check_knob(alpha, "alpha", strict=False)
-    search.check_knob(temperature, "temperature", strict=True)
-    widest = beam_size if method == "beam" else 1
-    if n_best > widest:
-        raise ValueError(f"n_best must be <= {widest} for method={method!r} with "
-                         f"beam_size={beam_size}; got {n_best}")
-
-def check_params(model_cfg: ModelConfig, params: PyTree) -> None:
-    """Raises ValueError naming the paths where ``params`` does not fit the model."""
-    dummy = jax.ShapeDtypeStruct((1, 2), jnp.int32)
-    expected = jax.eval_shape(lambda a: Transformer(model_cfg).init(jax.random.key(0), a, a),
-                              dummy)["params"]
-    want, got = ({jax.tree_util.keystr(p): tuple(np.shape(x))
-                  for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
-                 for tree in (expected, params))
-    problems = [f"{p}: missing" for p in sorted(want.keys() - got.keys())]
-    problems += [f"{p}: unexpected" for p in sorted(got.keys() - want.keys())]
-    problems += [f"{p}: shape {got[p]}, model expects {want[p]}"
-                 for p in sorted(want.keys() & got.keys()) if want[p] != got[p]]
-    if problems:
-        raise ValueError(f"checkpoint params do not fit the model config ({len(problems)} "
-                         f"problems): {'; '.join(problems[:8])}")

@@ -22,12 +22,14 @@ from jformer.kernels.topk import beam_candidates
 from jformer.ops import transformer
 from jformer.inference import batch_decode
 from jformer.inference import buckets as bucketing
+from jformer.inference import restore
 from jformer.inference import translator as translate
 from jformer.search import beam as beam_search
 from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
                             from_config_dict, to_dict)
 from jformer.data import demo
 from jformer.data.tokenizer import Tokenizer
+from jformer.inference.settings import SearchSettings
 from jformer.inference.translator import Hypothesis, Translator
 from jformer.model.masks import NEG_INF
 from jformer.workdir import checkpoint, files
@@ -265,7 +267,7 @@ def test_short_batches_run_on_fewer_rows(translator, monkeypatch):
 
 def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator):
     cfg = translator.model_cfg
-    spec = translator._spec("greedy", 1, 24, 0, 1)  # the 16-token bucket's
+    spec = SearchSettings("greedy").spec(24, translator.chunk_size, "all")  # bucket 16's
     inputs_BS = np.full((DECODE.batch_size, 16), cfg.pad_id, np.int32)
     inputs_BS[:, 0] = cfg.eos_id
     out = batch_decode.decode_batch(translator.params, translator.prepared, inputs_BS,
@@ -387,7 +389,7 @@ def test_restored_translator_equals_in_memory_one(tmp_path, setup, translator):
     wrong = from_config_dict({"model": dataclasses.asdict(
         dataclasses.replace(cfg, d_ff=48))}).model
     with pytest.raises(ValueError, match="d_ff|shape"):
-        translate.check_params(wrong, params)
+        restore.check_params(wrong, params)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         Translator.from_checkpoint(tmp_path / "run", checkpoint_dir=str(tmp_path / "none"))
 

@@ -1,0 +1,63 @@
+"""jformer.inference.settings: defaults, checks, normalisation and the compiled spec."""
+import pytest
+
+from jformer.config import DecodeConfig
+from jformer.inference.batch_decode import SearchSpec
+from jformer.inference.settings import SearchSettings
+
+CFG = DecodeConfig(beam_size=5, alpha=0.7, temperature=0.9, top_k=12)
+
+
+def test_defaults_come_from_the_decode_config():
+    assert SearchSettings.of(CFG) == SearchSettings("beam", 5, 0.7, 1, None)
+    assert SearchSettings.of(CFG, method="sample") == SearchSettings(
+        "sample", temperature=0.9, top_k=12)
+    assert SearchSettings.of(CFG, beam_size=2, alpha=0.0, n_best=2, max_len=30) == \
+        SearchSettings("beam", 2, 0.0, 2, 30)
+
+
+def test_fields_a_method_ignores_are_fixed_so_equal_searches_compare_equal():
+    greedy = [SearchSettings.of(CFG, method="greedy", alpha=a, temperature=t, top_k=k)
+              for a, t, k in ((0.0, 1.0, 0), (2.0, 0.5, 40))]
+    assert greedy[0] == greedy[1] == SearchSettings("greedy")
+    beams = {SearchSettings.of(CFG, temperature=t, top_k=k) for t, k in ((1.0, 0), (3.0, 9))}
+    assert len(beams) == 1
+
+
+def test_spec_and_penalty_per_method():
+    beam = SearchSettings.of(CFG, n_best=2)
+    assert beam.spec(40, 8, "top_w") == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
+                                                   eos_candidates="top_w")
+    assert beam.rows_per_source == 5 and beam.penalty_alpha == 0.7
+    # Beam 1 is greedy search, still scored with the length penalty.
+    one = SearchSettings.of(CFG, beam_size=1)
+    assert one.spec(40, 8, "top_w") == SearchSpec("greedy", 1, 40, chunk_size=8)
+    assert one.rows_per_source == 1 and one.penalty_alpha == 0.7
+    sample = SearchSettings.of(CFG, method="sample")
+    assert sample.spec(40, 8, "all") == SearchSpec("sample", 1, 40, top_k=12, chunk_size=8)
+    assert sample.penalty_alpha == 0.0
+    assert SearchSettings.of(CFG, method="greedy").spec(40, 4, "all") == SearchSpec(
+        "greedy", 1, 40, chunk_size=4)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(method="nucleus"), "method must be one of"),
+    (dict(beam_size=0), "beam_size must be a positive int; got 0"),
+    (dict(beam_size=2.0), "beam_size must be a positive int; got 2.0"),
+    (dict(n_best=True), "n_best must be a positive int; got True"),
+    (dict(max_len=0), "max_len must be a positive int or None; got 0"),
+    (dict(alpha=-0.5), "alpha"),
+    (dict(method="sample", temperature=0.0), "temperature"),
+    (dict(n_best=6), "n_best must be <= 5 for method='beam' with beam_size=5; got 6"),
+    (dict(method="greedy", n_best=2), "n_best must be <= 1 for method='greedy'"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        SearchSettings.of(CFG, **kwargs)
+
+
+def test_translate_kwargs_round_trip():
+    for settings in (SearchSettings.of(CFG, n_best=3, max_len=20),
+                     SearchSettings.of(CFG, method="sample", max_len=7),
+                     SearchSettings.of(CFG, method="greedy")):
+        assert SearchSettings.of(CFG, **settings.translate_kwargs()) == settings
