@@ -251,7 +251,8 @@ class PackedAttention(CpuAttention):
 
     def _packed(self, x_BLD: Array, name: str, columns: int) -> Array:
         packed = self.get_variable(rows_matmul.COLLECTION, name)
-        return rows_matmul.dense(x_BLD.astype(self.dtype), packed, columns).astype(self.dtype)
+        y = rows_matmul.packed_dense(x_BLD.astype(self.dtype), packed, columns)
+        return y.astype(self.dtype)
 
     def project_qkv(self, x_BLD: Array) -> tuple[Array, Array, Array]:
         h, k = self.num_heads, self.d_model // self.num_heads
