@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jformer.search import host_length_penalty
+
 
 def search_options(beam_size: int, max_len: int) -> dict[str, Any]:
     """``translate_batch`` keywords under which CTranslate2 searches as jformer's
@@ -48,7 +50,7 @@ def gnmt_rerank(result: Any, alpha: float, eos_token: str = "</s>"
     """
     ranked = []
     for pieces, score in zip(result.hypotheses, result.scores):
-        penalty = ((5.0 + len(pieces)) / 6.0) ** alpha  # pieces hold EOS when finished
+        penalty = host_length_penalty(len(pieces), alpha)  # pieces hold EOS when finished
         ranked.append((pieces[:-1] if pieces and pieces[-1] == eos_token else list(pieces),
                        score / penalty))
     return sorted(ranked, key=lambda x: -x[1])

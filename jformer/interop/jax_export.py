@@ -60,6 +60,7 @@ from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.inference.buckets import output_len, source_buckets
 from jformer.inference.precision import decoding_config
+from jformer.search import length_penalty
 from jformer.types import Array, PyTree
 from jformer.workdir import checkpoint, files
 
@@ -203,7 +204,7 @@ def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: in
         tokens_BT = jnp.where(jnp.arange(out_len) < length_B[:, None], tokens_BT, pad)
         scores_B = out.scores[:, 0]
         if penalise:
-            scores_B = scores_B / ((5.0 + length_B) / 6.0) ** alpha
+            scores_B = scores_B / length_penalty(length_B, alpha)
         return tokens_BT, scores_B.astype(jnp.float32), out.finished[:, 0]
 
     return program

@@ -184,7 +184,7 @@ class CpuAttention(MultiHeadAttention):
         Returns (out [N, 1, D], the new state)."""
         q, k, v = self.project_qkv(x_N1D)
         if isinstance(state, decode_cache.SlotState):
-            return self._beam_step(q, k, v, state, index)
+            return self._slot_state_step(q, k, v, state, index)
         cache_k, cache_v = state
         # Attention reads the buffers as they were (positions < index) and the new key and
         # value beside them, so each buffer's update is its only other use and XLA writes it
@@ -203,7 +203,9 @@ class CpuAttention(MultiHeadAttention):
         """:func:`beam_slot_attention` (its arguments and result)."""
         return beam_slot_attention(*args)
 
-    def _beam_step(self, q, k, v, state, index):
+    def _slot_state_step(self, q, k, v, state, index):
+        """:meth:`self_attend_step` over a beam's :class:`SlotState`: attends, then writes
+        position ``index``'s keys and values into the slot buffers."""
         kt_BHKX, v_BHXK, slot_BWT = state
         batch, beam, _ = slot_BWT.shape
         heads, head_dim = q.shape[2:]
@@ -249,7 +251,8 @@ class PackedAttention(CpuAttention):
 
     def _packed(self, x_BLD: Array, name: str, columns: int) -> Array:
         packed = self.get_variable(rows_matmul.COLLECTION, name)
-        return rows_matmul.dense(x_BLD.astype(self.dtype), packed, columns).astype(self.dtype)
+        y = rows_matmul.packed_dense(x_BLD.astype(self.dtype), packed, columns)
+        return y.astype(self.dtype)
 
     def project_qkv(self, x_BLD: Array) -> tuple[Array, Array, Array]:
         h, k = self.num_heads, self.d_model // self.num_heads

@@ -76,4 +76,4 @@ class PackedDense(Dense):
 
     def product(self, x: Array, kernel: Array) -> Array:
         packed = self.get_variable(rows_matmul.COLLECTION, "kernel")
-        return rows_matmul.dense(x, packed, self.features).astype(self.dtype)
+        return rows_matmul.packed_dense(x, packed, self.features).astype(self.dtype)

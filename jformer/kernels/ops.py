@@ -61,7 +61,7 @@ class PackedOutput(nn.Module):
     @nn.compact
     def __call__(self, y_N1D, project, bias_V):
         packed = self.get_variable(rows_matmul.COLLECTION, "output")
-        logits_N1V = rows_matmul.dense(y_N1D.astype(jnp.float32), packed, self.vocab_size)
+        logits_N1V = rows_matmul.packed_dense(y_N1D.astype(jnp.float32), packed, self.vocab_size)
         return logits_N1V if bias_V is None else logits_N1V + bias_V
 
 

@@ -90,7 +90,7 @@ def matmul(x_MK: Array, w_TKC: Array, n: int) -> Array:
     return jax.ffi.ffi_call(TARGET, out)(x_MK, w_TKC)
 
 
-def dense(x: Array, w_TKC: Array, n: int) -> Array:
+def packed_dense(x: Array, w_TKC: Array, n: int) -> Array:
     """x [..., K] . packed w -> [..., n] float32 (:func:`matmul` over the flattened rows)."""
     lead = x.shape[:-1]
     rows = int(np.prod(lead)) if lead else 1

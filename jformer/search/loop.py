@@ -63,8 +63,14 @@ def length_penalty(length: jax.typing.ArrayLike, alpha: jax.typing.ArrayLike) ->
     Beam search divides a finished hypothesis' log-prob sum by ``lp(length)`` where
     ``length`` counts the EOS token. Returns float32 with the shape of ``length``.
     """
-    return jnp.power((5.0 + jnp.asarray(length, jnp.float32)) / 6.0,
-                     jnp.asarray(alpha, jnp.float32))
+    return host_length_penalty(jnp.asarray(length, jnp.float32),
+                               jnp.asarray(alpha, jnp.float32))
+
+
+def host_length_penalty(length, alpha):
+    """:func:`length_penalty` in the arithmetic of its arguments: float64 for Python
+    numbers and NumPy arrays (scores re-ranked on the host), float32 for float32 arrays."""
+    return ((5.0 + length) / 6.0) ** alpha
 
 
 # --------------------------------------------------------------------------- validation

@@ -31,7 +31,7 @@ from fastapi.staticfiles import StaticFiles
 
 from jformer.inference import Translator
 from jformer.serve import errors, translation
-from jformer.serve.batcher import Batcher, Job, QueueFull, Stopped
+from jformer.serve.batcher import Batcher, PendingRequest, QueueFull, Stopped
 from jformer.serve.errors import ApiError
 from jformer.serve.limits import ServeLimits
 from jformer.serve.loading import default_settings, describe, warm_up
@@ -240,9 +240,9 @@ async def translate(request: Request) -> JSONResponse:
     plan = translation.plan(texts, translator, limits, single=isinstance(req.q, str))
     results: list = []
     if plan.sentences:
-        job = Job(plan.sentences, plan.lengths, plan.buckets, settings,
-                  asyncio.get_running_loop(), seed=seed,
-                  positions=plan.positions if seed is not None else None)
+        job = PendingRequest(plan.sentences, plan.lengths, plan.buckets, settings,
+                             asyncio.get_running_loop(), seed=seed,
+                             positions=plan.positions if seed is not None else None)
         results = await _run(state, job, arrived)
     body: dict[str, Any] = {"translations": translation.assemble(
         plan, results, settings.n_best, req.scores)}
@@ -282,7 +282,7 @@ async def _read_json(request: Request, limits: ServeLimits, arrived: float) -> A
     return await errors.read_json(request, limits.max_body_bytes, left)
 
 
-async def _run(state: ServerState, job: Job, arrived: float) -> list:
+async def _run(state: ServerState, job: PendingRequest, arrived: float) -> list:
     """Queues the job and waits for its results: 503 when the queue is full, 504 past
     the timeout, 500 when its batch failed."""
     try:

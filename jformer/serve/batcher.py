@@ -1,7 +1,7 @@
 """Dynamic batching: one decoder thread translates the sentences of all waiting requests.
 
-Requests become :class:`Job`\\ s of sentences. Waiting sentences are grouped by
-(search settings, length bucket): the bucket is the Translator's own
+Requests become :class:`PendingRequest`\\ s of sentences. Waiting sentences are grouped
+by (search settings, length bucket): the bucket is the Translator's own
 (``bucket_for(len(ids), translator.buckets)``), so a group of at most ``max_batch``
 sentences is ONE compiled decoder batch of ``Translator.translate(..., batch_size=
 max_batch)``, whichever requests its sentences come from. Sentences of different
@@ -97,7 +97,7 @@ class Stopped(Exception):
     """The batcher is stopping (the server drains) and takes no new work."""
 
 
-class Job:
+class PendingRequest:
     """One request's sentences; ``future`` (on the request's event loop) gets, per
     sentence, its list of ``n_best`` Hypothesis, or the exception of a failed batch.
 
@@ -173,7 +173,7 @@ def _set_exception(future: asyncio.Future, error: BaseException) -> None:
 
 
 class _Unit(NamedTuple):
-    job: Job
+    job: PendingRequest
     index: int  # the sentence's place in job.sentences
 
 
@@ -219,7 +219,7 @@ class Batcher:
         """Sentences waiting for a batch."""
         return self._queued
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: PendingRequest) -> None:
         """Queues the job's sentences; raises QueueFull or Stopped instead when the
         queue cannot take them all (nothing is queued then)."""
         with self._cond:

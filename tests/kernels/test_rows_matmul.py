@@ -53,13 +53,13 @@ def test_dense_keeps_leading_axes_and_runs_in_a_loop():
     w = rng.normal(size=(32, 96)).astype(np.float32)
     x = rng.normal(size=(2, 3, 32)).astype(np.float32)
     packed = rows_matmul.pack(w)
-    np.testing.assert_allclose(rows_matmul.dense(x, packed, 96), _exact(x, w),
+    np.testing.assert_allclose(rows_matmul.packed_dense(x, packed, 96), _exact(x, w),
                                rtol=1e-5, atol=1e-4)
     # a scan of dependent products, as the decode loop runs them
     w_sq = (rng.normal(size=(32, 32)) / 6).astype(np.float32)
     p_sq = rows_matmul.pack(w_sq)
     def body(h, _):
-        return jnp.tanh(rows_matmul.dense(h, p_sq, 32)), None
+        return jnp.tanh(rows_matmul.packed_dense(h, p_sq, 32)), None
     got = jax.jit(lambda h: lax.scan(body, h, None, length=5)[0])(x[0])
     want = x[0].astype(np.float64)
     for _ in range(5):

@@ -14,7 +14,8 @@ pytest.importorskip("prometheus_client", reason="needs the serve extra: pip inst
 import jax  # noqa: E402
 
 from jformer.inference import Hypothesis, bucket_for  # noqa: E402
-from jformer.serve.batcher import Batcher, Job, QueueFull, SearchSettings, Stopped  # noqa: E402
+from jformer.serve.batcher import (  # noqa: E402
+    Batcher, PendingRequest, QueueFull, SearchSettings, Stopped)
 from tests.serve.conftest import LONG, SENTENCES  # noqa: E402
 
 GREEDY = SearchSettings.normalized("greedy", beam_size=4, alpha=0.6, n_best=1, max_len=None,
@@ -56,12 +57,14 @@ def job_for(translator, sentences, setting, loop, seed=None, positions=None):
     lengths = [len(ids) for ids in translator.tokenizer.encode(sentences)]
     if seed is not None and positions is None:
         positions = list(range(len(sentences)))
-    return Job(sentences, lengths, [bucket_for(n, translator.buckets) for n in lengths],
-               setting, loop, seed=seed, positions=positions)
+    return PendingRequest(sentences, lengths,
+                          [bucket_for(n, translator.buckets) for n in lengths],
+                          setting, loop, seed=seed, positions=positions)
 
 
 def fake_job(sentences, loop, setting=GREEDY, bucket=16):
-    return Job(sentences, [3] * len(sentences), [bucket] * len(sentences), setting, loop)
+    return PendingRequest(sentences, [3] * len(sentences), [bucket] * len(sentences), setting,
+                          loop)
 
 
 def run(batcher, make_jobs):
@@ -189,7 +192,7 @@ def test_a_failed_batch_answers_its_requests_with_the_error_and_the_next_one_wor
         loop = asyncio.get_running_loop()
         bad, neighbour = fake_job(["BAD", "x"], loop), fake_job(["y"], loop)
         # A job split over two groups: one fails, so the job fails once.
-        split = Job(["BAD", "z"], [3, 3], [16, 32], GREEDY, loop)
+        split = PendingRequest(["BAD", "z"], [3, 3], [16, 32], GREEDY, loop)
         for job in (bad, neighbour, split):  # all queued before the decoder looks
             batcher.submit(job)
         batcher.start()
