@@ -371,7 +371,7 @@ class Translator:
         lengths_NW = np.asarray(out.lengths)[:n, :n_best]
         finished_NW = np.asarray(out.finished)[:n, :n_best]
         if spec.method == "greedy" and alpha > 0:  # standing in for beam 1: penalise
-            scores_NW = scores_NW / ((5.0 + lengths_NW) / 6.0) ** alpha
+            scores_NW = scores_NW / search.host_length_penalty(lengths_NW, alpha)
         # [N, W, T] -> [N*W, T] for one batched decode call
         texts = self.tokenizer.decode(tokens_NWT.reshape(-1, tokens_NWT.shape[-1]))
         w = tokens_NWT.shape[1]

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import dataclasses
 import logging
 import math
 import threading
@@ -41,47 +40,11 @@ import jax
 import numpy as np
 
 from jformer.inference import padded_rows
+from jformer.inference.settings import SearchSettings
 from jformer.search import row_keys
 from jformer.serve.metrics import Metrics
 
 logger = logging.getLogger("jformer.serve")
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchSettings:
-    """Resolved search settings; equal settings decode alike and may share a batch.
-
-    Build with :meth:`normalized`: fields the method does not use get fixed values.
-    """
-
-    method: str
-    beam_size: int = 1
-    alpha: float = 0.0
-    n_best: int = 1
-    max_len: int | None = None
-    temperature: float = 1.0
-    top_k: int = 0
-
-    @classmethod
-    def normalized(cls, method: str, *, beam_size: int, alpha: float, n_best: int,
-                   max_len: int | None, temperature: float, top_k: int) -> SearchSettings:
-        if method == "beam":  # beam_size 1: the Translator's greedy, scored with alpha
-            return cls("beam", beam_size, float(alpha), n_best, max_len)
-        if method == "greedy":
-            return cls("greedy", max_len=max_len)
-        if method == "sample":
-            return cls("sample", max_len=max_len, temperature=float(temperature),
-                       top_k=top_k)
-        raise ValueError(f"method must be beam, greedy or sample; got {method!r}")
-
-    def translate_kwargs(self) -> dict[str, Any]:
-        """The ``Translator.translate`` arguments of these settings."""
-        kwargs: dict[str, Any] = dict(method=self.method, max_len=self.max_len)
-        if self.method == "beam":
-            kwargs.update(beam_size=self.beam_size, alpha=self.alpha, n_best=self.n_best)
-        elif self.method == "sample":
-            kwargs.update(temperature=self.temperature, top_k=self.top_k)
-        return kwargs
 
 
 class QueueFull(Exception):

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from jformer.inference import Translator, padded_rows
-from jformer.serve.batcher import SearchSettings
+from jformer.inference.settings import SearchSettings
 from jformer.workdir import files
 
 logger = logging.getLogger("jformer.serve")
@@ -72,10 +72,7 @@ def describe(translator: Translator, **extra: Any) -> dict[str, Any]:
 
 def default_settings(translator: Translator) -> SearchSettings:
     """What a request without options decodes with: beam search with decode's defaults."""
-    cfg = translator.decode_cfg
-    return SearchSettings.normalized("beam", beam_size=cfg.beam_size, alpha=cfg.alpha,
-                                     n_best=1, max_len=None, temperature=cfg.temperature,
-                                     top_k=cfg.top_k)
+    return SearchSettings.of(translator.decode_cfg)
 
 
 def sentence_for_bucket(translator: Translator, bucket: int) -> str | None:

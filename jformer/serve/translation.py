@@ -13,7 +13,7 @@ import logging
 import secrets
 
 from jformer.inference import Translator, bucket_for
-from jformer.serve.batcher import SearchSettings
+from jformer.inference.settings import SearchSettings
 from jformer.serve.errors import ApiError
 from jformer.serve.limits import ServeLimits
 from jformer.serve.schemas import SEED_LIMIT, TranslateRequest
@@ -42,11 +42,13 @@ def resolve_settings(req: TranslateRequest, translator: Translator, limits: Serv
     if req.top_k is not None and req.top_k > vocab:
         raise ApiError(422, f"top_k: at most the vocabulary size, {vocab}; got "
                             f"{req.top_k}", field="top_k")
-    settings = SearchSettings.normalized(
-        req.method, beam_size=beam_size, alpha=cfg.alpha if req.alpha is None else req.alpha,
-        n_best=req.n_best, max_len=req.max_len,
-        temperature=cfg.temperature if req.temperature is None else req.temperature,
-        top_k=cfg.top_k if req.top_k is None else req.top_k)
+    try:  # the Translator's own defaults and rules (jformer.inference.settings)
+        settings = SearchSettings.of(cfg, method=req.method, beam_size=beam_size,
+                                     alpha=req.alpha, n_best=req.n_best, max_len=req.max_len,
+                                     temperature=req.temperature, top_k=req.top_k)
+    except ValueError as e:
+        name = str(e).split()[0] if str(e) else ""
+        raise ApiError(422, str(e), field=name if name in type(req).model_fields else None) from None
     seed = None
     if req.method == "sample":
         seed = secrets.randbelow(SEED_LIMIT) if req.seed is None else req.seed

@@ -15,7 +15,8 @@ import jax  # noqa: E402
 
 from jformer.inference import Hypothesis, bucket_for  # noqa: E402
 from jformer.serve.batcher import (  # noqa: E402
-    Batcher, PendingRequest, QueueFull, SearchSettings, Stopped)
+    Batcher, PendingRequest, QueueFull, Stopped)
+from jformer.inference.settings import SearchSettings  # noqa: E402
 from tests.serve.conftest import LONG, SENTENCES  # noqa: E402
 
 GREEDY = SearchSettings.normalized("greedy", beam_size=4, alpha=0.6, n_best=1, max_len=None,
