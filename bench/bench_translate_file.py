@@ -39,6 +39,7 @@ import dataclasses
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--parts", default="cli,api,ct2")
     p.add_argument("--beam", type=int, default=None,
                    help="beam size for every part (default: the run's decode.beam_size)")
+    p.add_argument("--cli-args", default="", help="cli: more flags for every jformer "
+                   "translate run, e.g. \"--dtype auto\"")
     p.add_argument("--batch-sizes", default="16,32,64", help="api: sentences per batch")
     p.add_argument("--dtypes", default="model,float32", help="api: decode.dtype values")
     p.add_argument("--ct2-threads", default="1,2")
@@ -116,7 +119,8 @@ def bleu(hyps: list[str], refs: list[str]) -> float:
 def run_cli(args, src: str, out: str, cache: str, extra: list[str]) -> dict:
     """One ``jformer translate`` process: seconds to the first output line and to exit."""
     argv = [sys.executable, "-m", "jformer", "translate", "--workdir", args.workdir,
-            "--input", src, "--quiet", "--compile-cache", cache, *extra]
+            "--input", src, "--quiet", "--compile-cache", cache, *shlex.split(args.cli_args),
+            *extra]
     if args.checkpoint:
         argv += ["--checkpoint", args.checkpoint]
     if args.beam is not None:
@@ -149,7 +153,8 @@ def part_cli(args, src: str, refs: list[str], tmp: str) -> list[dict]:
                         ("jformer translate --eos-candidates top_w --alpha 0", [
                             "--eos-candidates", "top_w", "--alpha", "0"])):
         out = os.path.join(tmp, f"cli-{len(rows)}.txt")
-        row = {"part": "cli", "how": name, **run_cli(args, src, out, cache, extra)}
+        how = f"{name} {args.cli_args}".strip()
+        row = {"part": "cli", "how": how, **run_cli(args, src, out, cache, extra)}
         hyps = read_lines(out)
         row.update(sentences=len(hyps), bleu=bleu(hyps, refs), output=out)
         rows.append(_show(row))

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
+from jformer.config import DECODE_DTYPES
+
 
 def add_model_args(p: argparse.ArgumentParser, workdir_help: str | None = None) -> None:
     """--workdir (required unless ``workdir_help`` says what its absence means),
@@ -51,8 +53,9 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
                    help="most bytes a decode batch's KV cache may take per device, e.g. "
                         "2GB or 512MiB: batches shrink to fit (default: the run's "
                         "decode.memory_limit; 0: none)")
-    p.add_argument("--dtype", choices=("model", "float32", "bfloat16"), default=None,
-                   help="decoding precision: model (the run's model.dtype), float32, or "
+    p.add_argument("--dtype", choices=DECODE_DTYPES, default=None,
+                   help="decoding precision: auto (float32 on a CPU, the run's model.dtype "
+                        "on an accelerator), model (the run's model.dtype), float32, or "
                         "bfloat16 (bf16 weight matrices, activations and KV cache); "
                         "default: the run's decode.dtype")
     p.add_argument("--devices", type=int, default=1,

@@ -14,7 +14,8 @@ One module per concern:
 Import the public names from here: ``from jformer.config import ModelConfig``.
 """
 from jformer.config.data import VOCABS, DataConfig
-from jformer.config.decode import EOS_CANDIDATES, OVERLONG_POLICIES, DecodeConfig
+from jformer.config.decode import (DECODE_DTYPES, EOS_CANDIDATES, OVERLONG_POLICIES,
+                                   DecodeConfig)
 from jformer.config.fields import JAX_SEED_LIMIT, ConfigError
 from jformer.config.model import (ACTIVATIONS, DECODER_STARTS, DTYPES, KERNELS, NORM_KINDS,
                                   POSITIONAL_KINDS, ModelConfig, resolve_kernels)
@@ -26,7 +27,7 @@ from jformer.config.units import parse_bytes
 
 __all__ = [
     "ACTIVATIONS", "BertConfig", "Config", "ConfigError", "DECODER_STARTS", "DTYPES",
-    "DataConfig", "DecodeConfig", "EOS_CANDIDATES", "FinetuneConfig", "JAX_SEED_LIMIT",
+    "DataConfig", "DECODE_DTYPES", "DecodeConfig", "EOS_CANDIDATES", "FinetuneConfig", "JAX_SEED_LIMIT",
     "KERNELS", "ModelConfig", "NORM_KINDS", "OVERLONG_POLICIES", "POSITIONAL_KINDS",
     "PretrainConfig", "SCHEDULES", "TASK_KINDS", "TaskConfig", "TrainConfig", "VOCABS",
     "check_coordinator", "check_training_config", "from_config_dict", "parse_bytes",

@@ -12,6 +12,7 @@ from jformer.config.units import parse_bytes
 OVERLONG_POLICIES = ("split", "truncate", "error")
 # Beam search: which of a step's 2W candidates may finish with EOS (jformer.search.beam)
 EOS_CANDIDATES = ("all", "top_w")
+DECODE_DTYPES = ("auto", "model") + DTYPES  # decode.dtype (jformer.inference.precision)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,13 +38,14 @@ class DecodeConfig:
     # T5X) | top_w: only those among the W best (fairseq, Hugging Face, CTranslate2,
     # Marian; gives their outputs exactly). jformer.search.beam says more.
     eos_candidates: str = "all"
-    # model: decode in model.dtype | float32 | bfloat16: bf16 weight matrices, activations
-    # and KV cache (jformer.inference.precision; its BLEU cost: docs/results.md)
-    dtype: str = "model"
+    # auto: float32 on a CPU, model.dtype on an accelerator | model: decode in model.dtype |
+    # float32 | bfloat16: bf16 weight matrices, activations and KV cache
+    # (jformer.inference.precision; its BLEU cost and speed: docs/results.md)
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
         s = "decode"
-        check_choice(s, "dtype", self.dtype, ("model",) + DTYPES)
+        check_choice(s, "dtype", self.dtype, DECODE_DTYPES)
         check_positive(s, "beam_size", self.beam_size)
         check_positive(s, "batch_size", self.batch_size)
         check_number(s, "alpha", self.alpha, 0)

@@ -90,12 +90,6 @@ class ModelConfig:
         """The decoder's first input token: bos_id, or pad_id with decoder_start="pad"."""
         return self.pad_id if self.decoder_start == "pad" else self.bos_id
 
-    @property
-    def cpu_kernels(self) -> bool:
-        """Whether the model runs jformer.kernels (``kernels`` resolved for the default
-        backend when "auto")."""
-        return resolve_kernels(self.kernels) == "cpu"
-
     def for_platform(self, platform: str) -> "ModelConfig":
         """This config with ``kernels`` resolved for ``platform`` ("cpu", "cuda", "tpu"):
         what a program lowered for that platform runs (``jax.export``)."""

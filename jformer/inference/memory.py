@@ -10,7 +10,7 @@ length) and S source positions:
     self-attention K and V   2 * L * B * W * T * d * w    (one copy per hypothesis)
     cross-attention K and V  2 * L * B * S * d * w        (one copy per source, not per beam)
     tables                   B * S (source mask, bool) + 4 * B * W * T (beam slot table,
-                             int32; beam search with model.kernels="cpu" only)
+                             int32; beam search in the CPU cache layout only)
 
 Greedy search and sampling are W = 1. Plain kernels keep a beam's W hypotheses as W rows
 of the same buffers, with no slot table. The searches' own buffers
@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jformer.config import ModelConfig
+from jformer.ops import resolve
 
 
 class CacheBytes(NamedTuple):
@@ -64,7 +65,7 @@ def cache_parts(model_cfg: ModelConfig, batch: int, beam: int, max_len: int,
       model_cfg: the model (layers, d_model).
       batch: sources in the batch.
       beam: hypotheses per source (1: greedy search or sampling; W > 1: beam search,
-        slot-addressed buffers with a slot table under "cpu" kernels).
+        slot-addressed buffers with a slot table in the CPU cache layout).
       max_len: output positions the cache holds (the search's max_len).
       dtype: the cache's element type (default: model_cfg.dtype, the compute dtype).
       src_len: padded source length (default: max_len).
@@ -76,8 +77,7 @@ def cache_parts(model_cfg: ModelConfig, batch: int, beam: int, max_len: int,
     self_kv = 2 * layers * batch * beam * max_len * d * w
     cross_kv = 2 * layers * batch * src_len * d * w
     tables = batch * src_len * np.dtype(bool).itemsize
-    if beam > 1 and model_cfg.cpu_kernels:
-        tables += batch * beam * max_len * np.dtype(np.int32).itemsize
+    tables += resolve(model_cfg).cache.table_bytes(batch, beam, max_len)
     return CacheBytes(int(self_kv), int(cross_kv), int(tables))
 
 

@@ -210,13 +210,19 @@ class Translator:
         return plan
 
     def _rows_that_fit(self, batch_size: int, bucket: int, spec: SearchSpec) -> int:
-        """batch_size, or fewer rows (a multiple of the devices) so that each device's
-        share of the batch's cache fits decode.memory_limit."""
+        """batch_size, or fewer sentences (a multiple of the devices): so that a decode
+        step on one device stays within the rows its prepared weights serve fastest
+        (``Ops.cache.rows_max``: the CPU kernels' packed products take 128 rows, so 32
+        sentences at beam 4), and each device's share of the cache fits
+        decode.memory_limit."""
+        devices = 1 if self.mesh is None else self.mesh.size
+        beam = spec.beam_size if spec.method == "beam" else 1
+        fast = self.ops.cache.rows_max(self.prepared)
+        if fast is not None:
+            batch_size = min(batch_size, max(1, fast // beam) * devices)
         limit = self.decode_cfg.memory_limit_bytes
         if not limit:
             return batch_size
-        devices = 1 if self.mesh is None else self.mesh.size
-        beam = spec.beam_size if spec.method == "beam" else 1
         fit = memory.rows_that_fit(limit, self.model_cfg, beam, spec.max_len, bucket)
         if fit < 1:
             one = memory.cache_bytes(self.model_cfg, 1, beam, spec.max_len, src_len=bucket)

@@ -302,7 +302,7 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
     ckpt = checkpoint_dir or files.checkpoint_dir(workdir)
     # decode.dtype's compute dtype (jformer.inference.precision); params.npz stays
     # float32 and each program's products cast the weights they read.
-    model_cfg = decoding_config(config.model, config.decode)
+    model_cfg = decoding_config(config.model, config.decode, settings.platforms)
     params = checkpoint.restore_params(ckpt, step)
     if step is None:  # the latest, which restore_params just read
         with contextlib.closing(checkpoint.read_only_manager(ckpt)) as manager:

@@ -94,6 +94,10 @@ class CpuCacheLayout:
     def beam_rows(self, beam_size: int) -> int:
         return beam_size
 
+    def table_bytes(self, batch: int, beam: int, max_len: int) -> int:
+        """A beam search's slot table: int32 [batch, beam, max_len]."""
+        return batch * beam * max_len * 4 if beam > 1 else 0
+
     def prepare(self, model: Transformer, params: PyTree, portable: bool = False) -> PyTree:
         """The collection ``rows_matmul.COLLECTION``: the tied output matrix [D, V]
         (compute dtype) under the decoder's step output, and, computing float32 on the
@@ -113,10 +117,20 @@ class CpuCacheLayout:
     def step_ops(self, ops: Ops, prepared: PyTree, rows: int) -> Ops:
         """CPU_PACKED for at most PACKED_ROWS_MAX rows over packed weights, CPU_MATRIX
         where the output matrix is prepared, else ``ops``."""
-        output = prepared.get(rows_matmul.COLLECTION, {}).get("decoder", {}).get(OUTPUT, {})
+        output = _prepared_output(prepared)
         if "output" in output and rows <= PACKED_ROWS_MAX:
             return CPU_PACKED
         return CPU_MATRIX if "output_DV" in output else ops
+
+    def rows_max(self, prepared: PyTree) -> int | None:
+        """PACKED_ROWS_MAX where the weights are packed: a step over more rows reads
+        XLA's dot instead."""
+        return PACKED_ROWS_MAX if "output" in _prepared_output(prepared) else None
+
+
+def _prepared_output(prepared: PyTree) -> PyTree:
+    """What ``CpuCacheLayout.prepare`` holds for the decoder's step output."""
+    return prepared.get(rows_matmul.COLLECTION, {}).get("decoder", {}).get(OUTPUT, {})
 
 
 CPU = Ops(dense=Dense, layer_norm=LayerNorm, dropout=Dropout, attention=CpuAttention,

@@ -86,3 +86,14 @@ class CacheLayout:
 
     def step_ops(self, ops, prepared: PyTree, rows: int):
         return ops
+
+    def table_bytes(self, batch: int, beam: int, max_len: int) -> int:
+        """Bytes of the layout's own tables in a cache of ``batch`` sources with ``beam``
+        hypotheses each and ``max_len`` positions, besides the K/V buffers and the source
+        mask: none here."""
+        return 0
+
+    def rows_max(self, prepared: PyTree) -> int | None:
+        """The most rows (sources x hypotheses) one decode step runs over ``prepared`` at
+        its fastest; a larger batch is faster split (None: no such limit)."""
+        return None

@@ -10,7 +10,7 @@ import pytest
 
 from jformer.cli import common
 from jformer.config import ConfigError, DecodeConfig, ModelConfig
-from jformer.inference.precision import decoding_config, for_decoding
+from jformer.inference.precision import decoding_config, decoding_dtype, for_decoding
 from jformer.inference.translator import Translator
 from tests.inference.test_translator import DECODE, SHORT, _random_params, build_setup
 
@@ -42,6 +42,22 @@ def test_model_keeps_config_and_params_untouched(setup16):
     assert got_cfg is cfg and got_params is params
 
 
+def test_auto_is_float32_on_a_cpu_and_the_model_dtype_on_accelerators(setup16):
+    cfg, params, _ = setup16
+    bf16 = dataclasses.replace(cfg, dtype="bfloat16")
+    auto = DecodeConfig()
+    assert auto.dtype == "auto"
+    assert jax.default_backend() == "cpu"
+    got_cfg, got_params = for_decoding(bf16, auto, params)
+    assert got_cfg == cfg and got_params is params  # float32, nothing cast
+    assert decoding_dtype(bf16, auto, ("cuda",)) == "bfloat16"
+    assert decoding_dtype(bf16, auto, ("tpu",)) == "bfloat16"
+    assert decoding_dtype(bf16, auto, ("cpu", "cuda")) == "bfloat16"  # a portable export
+    assert decoding_dtype(bf16, auto, ("cpu",)) == "float32"
+    assert decoding_dtype(cfg, auto, ("cuda",)) == "float32"  # a float32 model stays so
+    assert decoding_config(bf16, DecodeConfig(dtype="model")) is bf16
+
+
 def test_float32_decodes_a_bf16_trained_model_in_float32(setup16):
     cfg, params, _ = setup16
     bf16 = dataclasses.replace(cfg, dtype="bfloat16")
@@ -66,7 +82,7 @@ def test_bf16_weights_decode_as_model_dtype_bf16_does(setup16):
     at each use), and halve the KV cache the Translator budgets."""
     cfg, params, tok = setup16
     bf16_cfg = dataclasses.replace(cfg, dtype="bfloat16")
-    cast_at_use = Translator(bf16_cfg, params, tok, DECODE)
+    cast_at_use = Translator(bf16_cfg, params, tok, dataclasses.replace(DECODE, dtype="model"))
     stored = Translator(cfg, params, tok, dataclasses.replace(DECODE, dtype="bfloat16"))
     assert stored.model_cfg.dtype == "bfloat16"
     assert jnp.result_type(stored.params["shared_embedding"]["embedding"]) == jnp.bfloat16

@@ -265,6 +265,36 @@ def test_short_batches_run_on_fewer_rows(translator, monkeypatch):
     assert translator.translate(["It is late."] + SHORT[:3], method="greedy")[0] == one[0]
 
 
+def test_a_batch_stays_within_the_rows_the_prepared_weights_take(translator, monkeypatch):
+    """Under the CPU set with packed weights, a decode step takes at most
+    PACKED_ROWS_MAX rows: a beam batch is cut to PACKED_ROWS_MAX // beam sentences, and the
+    outputs are those of batches that fit anyway. The stock set has no such limit."""
+    from jformer.kernels import ops as cpu_ops
+    from jformer.model.ops import STOCK
+
+    if cpu_ops.PACKED_ROWS_MAX != translator.ops.cache.rows_max(translator.prepared):
+        pytest.skip("the native kernels are not loaded: no packed weights")
+    shapes, decode_batch = [], batch_decode.decode_batch
+
+    def recording(params, prepared, inputs_BS, *args, **kwargs):
+        shapes.append(inputs_BS.shape[0])
+        return decode_batch(params, prepared, inputs_BS, *args, **kwargs)
+
+    monkeypatch.setattr(translate, "decode_batch", recording)
+    monkeypatch.setattr(cpu_ops, "PACKED_ROWS_MAX", 8)  # 2 sentences at beam 3 and 4
+    sentences = ["It is late.", "Five.", "We need one car.", "The number is three."] * 2
+    cut = translator.translate(sentences, beam_size=3, batch_size=8, return_scores=True)
+    assert shapes and max(shapes) == 2
+    shapes.clear()
+    greedy = translator.translate(sentences, beam_size=1, batch_size=8)
+    assert max(shapes) == 8  # one row per sentence: 8 rows fit
+    monkeypatch.setattr(cpu_ops, "PACKED_ROWS_MAX", 128)
+    whole = translator.translate(sentences, beam_size=3, batch_size=2, return_scores=True)
+    assert [h.ids.tolist() for h in cut] == [h.ids.tolist() for h in whole]
+    assert greedy == translator.translate(sentences, beam_size=1, batch_size=8)
+    assert STOCK.cache.rows_max(translator.prepared) is None
+
+
 def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator):
     cfg = translator.model_cfg
     spec = SearchSettings("greedy").spec(24, translator.chunk_size, "all")  # bucket 16's
