@@ -242,6 +242,7 @@ def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
     """One (config, dtype, kernels) row; run in its own process (with ``turns``: one step
     per turn, interleaved with the config's other workers)."""
     import jax
+    from jformer.config import resolve_kernels
     cfg, dp, step, state, batches = _build(config, dtype, dropout, kernels, batch)
     params = sum(x.size for x in jax.tree.leaves(state.params))
     gate = QuietGate(max_wait_s)
@@ -267,7 +268,7 @@ def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
     if loss["nonfinite"]:
         raise RuntimeError(f"{config}/{dtype}: non-finite loss {loss}")
     return {"config": config, "dtype": dtype, "kernels": kernels, "batch": batch,
-            "kernels_resolved": "cpu" if cfg.cpu_kernels else "plain", "params": params,
+            "kernels_resolved": resolve_kernels(cfg.kernels), "params": params,
             "first_step_s": first_s,
             "step_s": statistics.median(times), "steps": steps, "spread": (min(times), max(times)),
             "dropped": gate.dropped, "contended_kept": gate.contended_kept,
