@@ -35,8 +35,8 @@ finally:
     print("TFDS_READ " + json.dumps(read))
 """
 
-# Budget overrides only: 3 steps of one tiny batch (one device), a mock-data vocabulary, evaluation at
-# step 2 and the final one at step 3 (loss and one greedy translation).
+# Budget overrides only: 3 steps of one tiny batch (one device), a mock-data vocabulary,
+# evaluation at step 2 and the final one at step 3 (loss and one greedy translation).
 SMALL_RUN = ["--config.train.num_steps=3", "--config.data.max_tokens=256",
              "--config.data.vocab_size=300", "--config.train.warmup_steps=10",
              "--config.train.log_every=1", "--config.train.eval_every=2",
