@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from jformer import config as config_lib
+from jformer.train import config_checks
 
 from configs import wmt14_base, wmt14_big
 
@@ -44,7 +45,8 @@ SMALL_RUN = ["--config.train.num_steps=3", "--config.data.max_tokens=256",
 
 
 def paper_settings(module):
-    return config_lib.from_config_dict(module.get_config().to_dict())
+    """The recipe as training checks it (typed fields, lengths within model.max_len)."""
+    return config_checks.validate_config(module.get_config())
 
 
 def test_recipes_hold_the_paper_settings():
