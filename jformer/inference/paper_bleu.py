@@ -3,8 +3,8 @@
 tensor2tensor's ``get_ende_bleu.sh`` scores that way: Moses ``tokenizer.perl -l de`` on
 hypotheses and references, hyphenated compounds split (``a-b`` -> ``a ##AT##-##AT##
 b``, as GNMT and ConvS2S report), then ``multi-bleu.perl`` on the tokens (cased, no
-smoothing). Such scores are higher than detokenized sacreBLEU (scoring.py) and only
-comparable with scores computed the same way. Moses' tokenizer comes from
+smoothing). Such scores usually read higher than detokenized sacreBLEU (scoring.py)
+and are only comparable with scores computed the same way. Moses' tokenizer comes from
 ``sacremoses`` (the ``paper-bleu`` extra); the rest is here and in sacreBLEU.
 """
 from __future__ import annotations
@@ -58,5 +58,6 @@ def paper_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: str =
 
 
 def signature(lang: str) -> str:
+    """One line naming how :func:`paper_bleu` scored (tokenizer, compounds, case)."""
     return (f"paper|tok:moses-{lang}|compounds:##AT##|case:mixed|smooth:none "
             f"(tensor2tensor get_ende_bleu.sh; not comparable with sacreBLEU)")
