@@ -36,8 +36,9 @@ finally:
     print("TFDS_READ " + json.dumps(read))
 """
 
-# Budget overrides only: 3 steps of one tiny batch (one device), a mock-data vocabulary,
-# evaluation at step 2 and the final one at step 3 (loss and one greedy translation).
+# Budget overrides: 3 steps of one tiny batch (one device), a mock-data vocabulary,
+# evaluation at step 2 and the final one at step 3 (loss and one greedy translation), and
+# 10 warm-up steps, so that 3 steps move the parameters by more than rounding.
 SMALL_RUN = ["--config.train.num_steps=3", "--config.data.max_tokens=256",
              "--config.data.vocab_size=300", "--config.train.warmup_steps=10",
              "--config.train.log_every=1", "--config.train.eval_every=2",
