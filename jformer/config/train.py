@@ -37,7 +37,9 @@ class TrainConfig:
     checkpoint_every: int = 1000  # steps between checkpoints
     keep_checkpoints: int = 5  # last K kept (paper averages the last 5)
     async_checkpoints: bool = True
-    # multi-host (jax.distributed.initialize); empty address: single process
+    # multi-host (jax.distributed.initialize): host:port of process 0; "auto": JAX reads
+    # the address, count and id from the cluster (SLURM, Cloud TPU VMs, Open MPI,
+    # Kubernetes); empty: single process
     coordinator_address: str = ""
     num_processes: int = 1
     process_id: int = 0
@@ -62,9 +64,17 @@ class TrainConfig:
               f"in [0, num_processes={self.num_processes})", self.process_id)
 
 
+AUTO_COORDINATOR = "auto"
+
+
 def check_coordinator(t: TrainConfig) -> None:
     """A multi-process run needs train.coordinator_address (else every host would run
-    as process 0 alone)."""
+    as process 0 alone); with "auto" the cluster sets the process count and id."""
+    if t.coordinator_address == AUTO_COORDINATOR:
+        check(t.num_processes == 1 and t.process_id == 0, "train.num_processes",
+              "1 (with train.process_id 0) when train.coordinator_address='auto' takes "
+              "the process count and id from the cluster",
+              f"{t.num_processes} (train.process_id {t.process_id})")
     if not t.coordinator_address:
         check(t.num_processes == 1 and t.process_id == 0, "train.coordinator_address",
               f"host:port of process 0 when train.num_processes={t.num_processes} and "

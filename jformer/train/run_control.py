@@ -33,7 +33,8 @@ class NonFiniteLossError(FloatingPointError):
     """Training produced a non-finite loss or gradient; the state was not updated."""
 
 def maybe_initialize_distributed(cfg: config_lib.TrainConfig | Mapping[str, Any]) -> None:
-    """Joins a multi-process run when ``train.coordinator_address`` is set.
+    """Joins a multi-process run when ``train.coordinator_address`` is set: host:port
+    with train.num_processes and train.process_id, or "auto" (JAX's cluster detection).
 
     cfg: the train section, validated here if raw (a ConfigDict or dict), so that
     train.num_processes > 1 without an address is a ConfigError, not a silent single run.
@@ -47,8 +48,18 @@ def maybe_initialize_distributed(cfg: config_lib.TrainConfig | Mapping[str, Any]
     # Cross-process collectives on CPU devices (tests, CPU clusters) go through gloo;
     # the setting only concerns the CPU backend.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(cfg.coordinator_address, num_processes=cfg.num_processes,
-                               process_id=cfg.process_id)
+    if cfg.coordinator_address != config_lib.AUTO_COORDINATOR:
+        jax.distributed.initialize(cfg.coordinator_address, num_processes=cfg.num_processes,
+                                   process_id=cfg.process_id)
+        return
+    try:  # JAX reads SLURM, Cloud TPU VMs, Open MPI, Kubernetes
+        jax.distributed.initialize()
+    except ValueError as e:  # no cluster found: "coordinator_address should be defined."
+        raise config_lib.ConfigError(
+            f"train.coordinator_address='auto': JAX found no cluster to read the "
+            f"coordinator, process count and id from (SLURM, Cloud TPU VM, Open MPI, "
+            f"Kubernetes): {e} Set train.coordinator_address=host:port, "
+            f"train.num_processes and train.process_id instead") from e
 
 @contextlib.contextmanager
 def workdir_lock(workdir: str) -> Iterator[None]:
