@@ -48,7 +48,9 @@ import time
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
-sys.path.insert(0, REPO)
+sys.path[:0] = [REPO, BENCH]
+
+from compare import CT2_BACKENDS, ct2_detail, ct2_settings  # noqa: E402
 
 
 def _list(text: str) -> list[str]:
@@ -82,6 +84,8 @@ def parse(argv=None) -> argparse.Namespace:
         p.error(f"--parts must name some of cli, api, ct2; got {sorted(unknown)}")
     if (args.src is None) != (args.ref is None):
         p.error("--src and --ref go together")
+    if not _list(args.ct2_mkl) or set(_list(args.ct2_mkl)) - set(CT2_BACKENDS):
+        p.error(f"--ct2-mkl must list some of 0, 1 (CT2_USE_MKL); got {args.ct2_mkl!r}")
     return args
 
 
@@ -116,6 +120,12 @@ def bleu(hyps: list[str], refs: list[str]) -> float:
 
 
 # ---------------------------------------------------------------------- cli
+def _env(**extra: str) -> dict:
+    """This process's environment with the checkout first on PYTHONPATH, and ``extra``."""
+    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def run_cli(args, src: str, out: str, cache: str, extra: list[str]) -> dict:
     """One ``jformer translate`` process: seconds to the first output line and to exit."""
     argv = [sys.executable, "-m", "jformer", "translate", "--workdir", args.workdir,
@@ -125,8 +135,7 @@ def run_cli(args, src: str, out: str, cache: str, extra: list[str]) -> dict:
         argv += ["--checkpoint", args.checkpoint]
     if args.beam is not None:
         argv += ["--beam", str(args.beam)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-        REPO, os.environ.get("PYTHONPATH")])))
+    env = _env()
     env.pop("JFORMER_COMPILE_CACHE", None)
     start = time.perf_counter()
     first = None
@@ -191,11 +200,6 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------------- ct2
-def ct2_settings(threads: list[int]) -> list[tuple[int, int]]:
-    """(inter_threads, intra_threads): one worker of n threads; n one-thread workers."""
-    return [(1, n) for n in threads] + [(n, 1) for n in threads if n > 1]
-
-
 def ct2_worker(spec: dict) -> None:
     """One CTranslate2 run of the file (a process of its own: CT2_USE_MKL is read when
     the library loads)."""
@@ -232,12 +236,12 @@ def part_ct2(args, src: str, refs: list[str], tmp: str) -> list[dict]:
     rows = []
     for quant, model in models.items():
         for mkl in _list(args.ct2_mkl):
-            for inter, intra in ct2_settings([int(n) for n in _list(args.ct2_threads)]):
+            threads = [int(n) for n in _list(args.ct2_threads)]
+            for inter, intra, _ in ct2_settings(args.ct2_batch, threads):
                 out = os.path.join(tmp, f"ct2-{quant}-{mkl}-{inter}x{intra}.txt")
                 spec = dict(model=model, src=src, out=out, beam=beam, inter=inter,
                             intra=intra, batch=args.ct2_batch, max_len=config.model.max_len)
-                env = dict(os.environ, CT2_USE_MKL=mkl, PYTHONPATH=os.pathsep.join(filter(
-                    None, [REPO, os.environ.get("PYTHONPATH")])))
+                env = _env(CT2_USE_MKL=mkl)
                 start = time.perf_counter()
                 done = subprocess.run([sys.executable, os.path.abspath(__file__),
                                        "--workdir", args.workdir, "--ct2-worker",
@@ -248,12 +252,9 @@ def part_ct2(args, src: str, refs: list[str], tmp: str) -> list[dict]:
                     raise RuntimeError(f"CTranslate2 worker exited {done.returncode}: "
                                        f"{done.stderr[-2000:]}")
                 hyps = read_lines(out)
-                setting = (f"{intra} thread{'s' if intra > 1 else ''}" if inter == 1
-                           else f"{inter} workers x 1 thread")
-                backend = {"0": "oneDNN", "1": "MKL"}[mkl]
                 rows.append(_show({"part": "ct2", "quantization": quant,
-                                   "how": f"CTranslate2 {quant}, {setting}, {backend}, "
-                                          f"batch {args.ct2_batch}",
+                                   "how": f"CTranslate2 {quant}, {ct2_detail(inter, intra, mkl)}"
+                                          f", batch {args.ct2_batch}",
                                    "seconds": seconds, "sentences": len(hyps),
                                    "bleu": bleu(hyps, refs), "output": out}))
     return rows
@@ -261,9 +262,11 @@ def part_ct2(args, src: str, refs: list[str], tmp: str) -> list[dict]:
 
 # ---------------------------------------------------------------------- report
 def _show(row: dict) -> dict:
-    first = row.get("first_line_s") or row.get("first_call_s")
-    extra = "" if first is None else f" (first output {first:.1f} s)" if "first_line_s" in row \
-        else f" (first call, compiling, {first:.1f} s)"
+    extra = ""
+    if row.get("first_line_s") is not None:
+        extra = f" (first output {row['first_line_s']:.1f} s)"
+    elif "first_call_s" in row:
+        extra = f" (first call, compiling, {row['first_call_s']:.1f} s)"
     row["sentences_per_s"] = row["sentences"] / row["seconds"]
     print(f"  {row['how']}: {row['seconds']:.1f} s, {row['sentences_per_s']:.1f} sent/s, "
           f"BLEU {row['bleu']:.2f}{extra}", flush=True)

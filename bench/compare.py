@@ -214,6 +214,13 @@ def ct2_settings(batch: int, threads: list[int]) -> list[tuple[int, int, int]]:
             + [(n, 1, -(-batch // n)) for n in threads if n > 1 and batch > 1])
 
 
+def ct2_detail(inter: int, intra: int, mkl: str) -> str:
+    """A CTranslate2 setting in words: its workers and threads, then its backend."""
+    threads = (f"{intra} thread{'s' if intra > 1 else ''}" if inter == 1
+               else f"{inter} workers x 1 thread")
+    return f"{threads}, {CT2_BACKENDS[mkl]}"
+
+
 # ------------------------------------------------------------------------ the jobs
 def train_jobs(args, config: str, peers: list[str], tmp: str) -> tuple[list, list]:
     dtypes = _list(args.dtypes)  # all in one bench_train.py run, interleaved step by step
@@ -266,10 +273,9 @@ def decode_jobs(args, batch: int, beam: int, peers: list[str], tmp: str,
             spec = dict(task="ct2", config=DECODE_CONFIG, batch=batch, beams=beam,
                         compute_type=ct, model_dir=ct2_dir, inter_threads=inter,
                         intra_threads=intra, max_batch_size=most, **reps)
-            detail = (f"{intra} thread{'s' if intra > 1 else ''}" if inter == 1
-                      else f"{inter} workers x 1 thread") + f", {CT2_BACKENDS[mkl]}"
             theirs.append(Job(group, f"CTranslate2 {ct}", _torch_worker(args, spec),
-                              "tokens_per_s", detail=detail, env={"CT2_USE_MKL": mkl}))
+                              "tokens_per_s", detail=ct2_detail(inter, intra, mkl),
+                              env={"CT2_USE_MKL": mkl}))
     return ours, theirs
 
 

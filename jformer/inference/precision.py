@@ -13,7 +13,8 @@
 bfloat16 halves the bytes each decoder step reads (weights and cache). On a CPU it is
 still the slower choice: XLA:CPU's bfloat16 products are slower than its float32 ones, and
 the packed decode-step products of :mod:`jformer.kernels` are float32 only, so "auto"
-decodes a bfloat16-trained model in float32 there (docs/results.md measures both). Each product then rounds what it reads exactly as
+decodes a bfloat16-trained model in float32 there (docs/results.md measures both).
+With "bfloat16", each product rounds what it reads exactly as
 ``model.dtype=bfloat16`` does (the modules cast their float32 kernels to bfloat16 at
 use), so the only new rounding is the embedding lookup's scale by sqrt(d_model) (exact
 when d_model is a power of 4). Its BLEU cost, measured: docs/results.md.

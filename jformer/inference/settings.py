@@ -78,11 +78,6 @@ class SearchSettings:
                               max_len=max_len, temperature=temperature, top_k=top_k)
 
     @property
-    def rows_per_source(self) -> int:
-        """Decode rows each source takes: the beam's width, or 1."""
-        return self.beam_size if self.method == "beam" else 1
-
-    @property
     def penalty_alpha(self) -> float:
         """The length-penalty exponent the search is scored with (0 but for beam)."""
         return self.alpha if self.method == "beam" else 0.0

@@ -27,8 +27,8 @@ from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, prepare)
+from jformer.inference import compile_cache as xla_cache
 from jformer.inference import memory, segment
-from jformer.inference.compile_cache import enable as compile_cache_of
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
 from jformer.inference.keys import key_source, source_keys
 from jformer.inference.precision import for_decoding
@@ -104,7 +104,7 @@ class Translator:
         if not isinstance(devices, int) or not 1 <= devices <= len(local):
             raise ValueError(f"devices must be an int in [1, {len(local)}] (the local "
                              f"devices: {local[0].platform} x {len(local)}); got {devices!r}")
-        self.compile_cache = compile_cache_of(compile_cache)  # before anything compiles
+        self.compile_cache = xla_cache.enable(compile_cache)  # before anything compiles
         self.decode_cfg = decode_cfg or DecodeConfig()
         model_cfg, params = for_decoding(model_cfg, self.decode_cfg, params)
         self.model_cfg = model_cfg

@@ -28,11 +28,11 @@ def test_spec_and_penalty_per_method():
     beam = SearchSettings.of(CFG, n_best=2)
     assert beam.spec(40, 8, "top_w") == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
                                                    eos_candidates="top_w")
-    assert beam.rows_per_source == 5 and beam.penalty_alpha == 0.7
+    assert beam.penalty_alpha == 0.7
     # Beam 1 is greedy search, still scored with the length penalty.
     one = SearchSettings.of(CFG, beam_size=1)
     assert one.spec(40, 8, "top_w") == SearchSpec("greedy", 1, 40, chunk_size=8)
-    assert one.rows_per_source == 1 and one.penalty_alpha == 0.7
+    assert one.penalty_alpha == 0.7
     sample = SearchSettings.of(CFG, method="sample")
     assert sample.spec(40, 8, "all") == SearchSpec("sample", 1, 40, top_k=12, chunk_size=8)
     assert sample.penalty_alpha == 0.0
