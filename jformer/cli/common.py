@@ -130,3 +130,19 @@ def add_formats(p: argparse.ArgumentParser, formats: tuple[Format, ...]) -> None
 
 def run_format(args: argparse.Namespace) -> None:
     args.format_run(args)
+
+
+def read_parallel(args: argparse.Namespace, first: str, second: str) -> tuple[list[str], list[str]]:
+    """The lines of two parallel files, the flags ``--<first>`` and ``--<second>``; a
+    ValueError names both files when their line counts differ or they are empty."""
+    from jformer.workdir.files import read_lines
+
+    a_path, b_path = getattr(args, first), getattr(args, second)
+    a, b = read_lines(a_path), read_lines(b_path)
+    if len(a) != len(b):
+        raise ValueError(f"--{first} {a_path} has {len(a)} lines but --{second} {b_path} "
+                         f"has {len(b)}")
+    if not a:
+        raise ValueError(f"--{first} {a_path} and --{second} {b_path} are empty: nothing "
+                         f"to score")
+    return a, b

@@ -54,6 +54,13 @@ def prepare(model: Transformer, params: PyTree) -> PyTree:
     return model.ops.cache.prepare(model, params)
 
 
+def banned_outputs(cfg: ModelConfig) -> Array:
+    """bool [V]: the ids no search generates, PAD and BOS; their logits are NEG_INF
+    before the softmax (in the searches, and in forced decoding's scores)."""
+    vocab_V = jnp.arange(cfg.vocab_size)
+    return (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
+
+
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
                  valid_B: Array | None = None,
                  prepared: PyTree | None = None) -> tuple[search.StepFn, PyTree]:
@@ -75,7 +82,7 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
     cfg = model.cfg
     prepared = {} if prepared is None else prepared
     vocab_V = jnp.arange(cfg.vocab_size)
-    banned_V = (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
+    banned_V = banned_outputs(cfg)
     forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
 
     def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import os
 import warnings
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -28,46 +28,19 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, prepare)
 from jformer.inference import compile_cache as xla_cache
-from jformer.inference import memory, segment
+from jformer.inference import forced, memory, segment
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
-from jformer.inference.keys import key_source, source_keys
+from jformer.inference.keys import key_source
 from jformer.inference.precision import for_decoding
 from jformer.inference.restore import check_params, load_workdir
 from jformer.inference.settings import SearchSettings, check_positive_int
+from jformer.inference.sources import Pieces, Sources
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
                                        join_hypotheses)
 from jformer.mesh import make_mesh
 from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.types import Array, PyTree
-
-Pieces = tuple[list[np.ndarray | None], segment.Segmentation | None]
-
-
-class Sources(NamedTuple):
-    """Every piece of every sentence, one source each (pieces share batches)."""
-
-    ids: list[np.ndarray | None]  # EOS-terminated ids (None: nothing to decode)
-    owner: np.ndarray  # int32 [N]: the sentence a source belongs to
-    piece: np.ndarray  # int32 [N]: its piece number in that sentence
-    split: np.ndarray  # bool [N]: whether its sentence was split
-
-    @classmethod
-    def of(cls, encoded: list[Pieces]) -> "Sources":
-        return cls([ids for pieces, _ in encoded for ids in pieces],
-                   np.array([i for i, (p, _) in enumerate(encoded) for _ in p], np.int32),
-                   np.array([j for p, _ in encoded for j in range(len(p))], np.int32),
-                   np.array([seg is not None for p, seg in encoded for _ in p], bool))
-
-    def batch_keys(self, idx: list[int], rows: int, key_data: np.ndarray,
-                   fold_first: bool) -> Array:
-        """The sampling keys of a batch of ``rows`` rows holding sources ``idx``; padding
-        rows reuse a real row's key (their samples are discarded)."""
-        at = np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")
-        data = key_data[np.zeros(rows, np.int32) if fold_first else self.owner[at]]
-        return source_keys(data, self.owner[at], self.piece[at], self.split[at],
-                           fold_first=fold_first)
-
 
 class Translator:
     """Translates sentences with a Transformer, its params and its tokenizer.
@@ -293,6 +266,22 @@ class Translator:
         sources = Sources.of(encoded)
         hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first)
         return self._results(encoded, hyps, settings.n_best, return_scores)
+
+    def score(self, sources: Sequence[str], targets: Sequence[str],
+              alpha: float | None = None,
+              batch_size: int | None = None) -> list[forced.TargetScore]:
+        """Forced decoding (:mod:`.forced`): how likely the model finds each given
+        translation. Per pair, in input order, a :class:`forced.TargetScore`: the
+        target's ids (EOS included), their log-probabilities, their sum (``total``),
+        mean (``mean``, a confidence) and ``score``, the sum under beam search's length
+        penalty ``alpha`` (default decode.alpha). A side over model.max_len tokens is
+        an error naming it."""
+        settings = SearchSettings.of(self.decode_cfg, alpha=alpha)
+        src_ids, tgt_ids = forced.encode_pairs(self.tokenizer, sources, targets,
+                                               self.model_cfg.max_len)
+        return forced.score_ids(self.model_cfg, self.ops, self.params, src_ids, tgt_ids,
+                                self.buckets, self._batch_size(batch_size),
+                                settings.penalty_alpha)
 
     def _batch_size(self, batch_size: int | None) -> int:
         """``batch_size`` (default: decode.batch_size), checked against the devices."""
