@@ -108,9 +108,12 @@ def search_kwargs(args: argparse.Namespace) -> dict:
     if not 0 <= args.seed < JAX_SEED_LIMIT:
         raise ValueError(f"--seed must be an int in [0, 2**32) (a larger one would repeat a "
                          f"smaller one's samples); got {args.seed}")
-    return dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
-                max_len=args.max_len, method=args.method, temperature=args.temperature,
-                top_k=args.top_k, rng=jax.random.key(args.seed))
+    kwargs = dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
+                  max_len=args.max_len, method=args.method, temperature=args.temperature,
+                  top_k=args.top_k, rng=jax.random.key(args.seed))
+    if getattr(args, "prefix_bias_beta", None) is not None:
+        kwargs["prefix_bias_beta"] = args.prefix_bias_beta
+    return kwargs
 
 
 # One sub-subcommand per format: (name, help, add_arguments(parser), run(args)).
