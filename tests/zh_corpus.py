@@ -28,7 +28,8 @@ def pair(rng: np.random.Generator) -> tuple[str, str]:
     if rng.random() < 0.15:
         language = LANGUAGES[rng.integers(len(LANGUAGES))]
         verb = _english_verb("write", third)
-        return f"{subject.capitalize()} {verb} {language} code.", f"{subject_zh}用{language}写代码。"
+        return (f"{subject.capitalize()} {verb} {language} code.",
+                f"{subject_zh}用{language}写代码。")
     verb, verb_zh = VERBS[rng.integers(len(VERBS))]
     n = int(rng.integers(10))
     colour, colour_zh = COLOURS[rng.integers(len(COLOURS))]
