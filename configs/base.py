@@ -50,7 +50,7 @@ def get_config() -> ml_collections.ConfigDict:
     d.demo_num_eval = 1000
     d.demo_num_test = 1000
     d.vocab_size = 37000  # paper 5.1: ~37000 shared BPE tokens
-    d.vocab_model_type = "bpe"  # bpe | unigram
+    d.vocab_model_type = "bpe"  # bpe | unigram | char (README: Choosing a vocabulary)
     d.vocab_character_coverage = 1.0
     d.vocab_sample_size = 1_000_000  # sentences used to learn the vocabulary
     d.vocab_path = ""  # empty: <workdir>/spm.model (trained when missing)

@@ -57,6 +57,13 @@ def test_invalid_train_and_data_values():
     with pytest.raises(ConfigError, match="data.overlong"):
         from_config_dict(c)
     c = base.get_config()
+    c.data.vocab_model_type = "word"
+    with pytest.raises(ConfigError, match=r"'data.vocab_model_type': expected one of "
+                                          r"\('bpe', 'unigram', 'char'\); got 'word'"):
+        from_config_dict(c)
+    c.data.vocab_model_type = "char"
+    assert from_config_dict(c).data.vocab_model_type == "char"
+    c = base.get_config()
     c.data.shuffle_buffer = 10_000  # accepted and ignored before: now a training error
     loaded = from_config_dict(c)  # a config.json of an older run still loads
     with pytest.raises(ConfigError, match=r"'data.shuffle_buffer': expected 0 .*; got 10000"):

@@ -57,6 +57,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         limits.add_argument("--" + name.replace("_", "-"), type=kind, default=default,
                             metavar="N" if kind is int else "X",
                             help=text + shown)
+    libre = p.add_argument_group("LibreTranslate API (POST /translate, /detect, GET "
+                                 "/languages)")
+    libre.add_argument("--languages", metavar="SRC:TGT", default=None,
+                       help="the language codes the model reads and writes, e.g. en:de "
+                            "(default: the run's data.src_lang and data.tgt_lang)")
+    libre.add_argument("--api-keys", metavar="FILE", default=None,
+                       help="answer /translate and /detect only with one of these keys "
+                            "(one per line) in api_key; 403 otherwise")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--no-access-log", action="store_true", help="no line per request")
@@ -76,6 +84,8 @@ def run(args: argparse.Namespace) -> None:
 
     from jformer.inference import OverlongWarning, compile_cache
     from jformer.serve import create_app
+    from jformer.serve.api_keys import ApiKeys
+    from jformer.serve.languages import LanguagePair
     from jformer.serve.limits import ServeLimits
     from jformer.serve.loading import ModelSource
     from jformer.serve.server import serve
@@ -87,7 +97,9 @@ def run(args: argparse.Namespace) -> None:
                          f"({args.devices})")
     if not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in [0, 65535]; got {args.port}")
-    source = ModelSource(args.workdir, args.checkpoint, args.step, args.devices)
+    languages = None if args.languages is None else LanguagePair.parse(args.languages)
+    api_keys = None if args.api_keys is None else ApiKeys.read(args.api_keys)
+    source = ModelSource(args.workdir, args.checkpoint, args.step, args.devices, languages)
     source.check()  # a wrong path fails here, before the port is bound
     if args.devices > 1:  # before jax starts its CPU backend (cli.common.load_translator)
         try:
@@ -99,7 +111,7 @@ def run(args: argparse.Namespace) -> None:
     # The server logs overlong lines under their request field (jformer.serve.translation);
     # the Translator's warning would name a row of a shared batch.
     warnings.filterwarnings("ignore", category=OverlongWarning)
-    app = create_app(source.load, limits, devices=args.devices)
+    app = create_app(source.load, limits, devices=args.devices, api_keys=api_keys)
     error = serve(app, args.host, args.port, log_level=args.log_level,
                   access_log=not args.no_access_log, port_file=args.port_file)
     if error is not None:

@@ -13,7 +13,7 @@ One module per concern:
 
 Import the public names from here: ``from jformer.config import ModelConfig``.
 """
-from jformer.config.data import VOCABS, DataConfig
+from jformer.config.data import VOCAB_MODEL_TYPES, VOCABS, DataConfig
 from jformer.config.decode import (DECODE_DTYPES, EOS_CANDIDATES, OVERLONG_POLICIES,
                                    DecodeConfig)
 from jformer.config.fields import JAX_SEED_LIMIT, ConfigError
@@ -31,6 +31,7 @@ __all__ = [
     "EOS_CANDIDATES", "FinetuneConfig", "JAX_SEED_LIMIT",
     "KERNELS", "ModelConfig", "NORM_KINDS", "OVERLONG_POLICIES", "POSITIONAL_KINDS",
     "PretrainConfig", "SCHEDULES", "TASK_KINDS", "TaskConfig", "TrainConfig", "VOCABS",
+    "VOCAB_MODEL_TYPES",
     "check_coordinator", "check_training_config", "from_config_dict", "parse_bytes",
     "resolve_kernels", "to_dict",
 ]

@@ -6,6 +6,9 @@ import dataclasses
 from jformer.config.fields import check, check_choice, check_positive, is_number
 
 VOCABS = ("shared", "separate")
+# sentencepiece's models: bpe (merges), unigram (a piece language model), char (one piece
+# per character: vocab_size only caps it, the rarest characters fall back to bytes)
+VOCAB_MODEL_TYPES = ("bpe", "unigram", "char")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +39,7 @@ class DataConfig:
     # source.spm + target.spm, their pieces mapped through one joint vocab.json (Marian)
     vocab: str = "shared"
     vocab_size: int = 8000  # pieces (with "separate": of each side's model)
-    vocab_model_type: str = "bpe"  # bpe | unigram
+    vocab_model_type: str = "bpe"  # bpe | unigram | char (README: Choosing a vocabulary)
     vocab_character_coverage: float = 1.0
     vocab_sample_size: int = 1_000_000  # sentences sampled to train the vocabulary (0: all)
     vocab_path: str = ""  # empty: <workdir>/spm.model (separate: <workdir>), trained if absent
@@ -54,7 +57,7 @@ class DataConfig:
         s = "data"
         check_choice(s, "source", self.source, ("demo", "text", "tfds"))
         check_choice(s, "text_format", self.text_format, ("text", "tsv"))
-        check_choice(s, "vocab_model_type", self.vocab_model_type, ("bpe", "unigram"))
+        check_choice(s, "vocab_model_type", self.vocab_model_type, VOCAB_MODEL_TYPES)
         check_choice(s, "vocab", self.vocab, VOCABS)
         check_choice(s, "overlong", self.overlong, ("drop", "truncate"))
         for name in ("vocab_size", "max_source_len", "max_target_len", "max_tokens",

@@ -11,10 +11,16 @@ source.spm, target.spm and vocab.json). Models are trained with
 vocabulary (unknown characters become UTF-8 byte pieces); the ids are nevertheless read
 back from the loaded model, never assumed.
 
+Model types (``MODEL_TYPES``): ``"bpe"`` learns merges of adjacent symbols, ``"unigram"``
+a piece language model, ``"char"`` one piece per character of the corpus (those within
+``character_coverage``); byte fallback is on for all three, so a character a model lacks
+becomes its UTF-8 byte pieces and decodes back exactly.
+
 Vocabulary size is a hard limit: training gives exactly ``vocab_size`` pieces or raises
 a ``ValueError`` saying how large the corpus allows it to be (sentencepiece's soft limit
 would silently give a smaller vocabulary than the config asks for; pass
-``hard_vocab_limit=False`` to accept that).
+``hard_vocab_limit=False`` to accept that). A char model has at most the special, byte
+and character pieces; a smaller ``vocab_size`` keeps the most frequent characters.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from jformer.config import VOCAB_MODEL_TYPES
 from jformer.data import joint_vocab
 from jformer.data.joint_vocab import SIDES, JointVocab
 from jformer.workdir import files
@@ -37,7 +44,7 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # used only when training a model
 WORD_START = "\u2581"  # sentencepiece's marker of a piece that begins a word
 NUM_BYTE_PIECES = 256
 NUM_SPECIAL = 4
-MODEL_TYPES = ("bpe", "unigram")
+MODEL_TYPES = VOCAB_MODEL_TYPES  # ("bpe", "unigram", "char")
 
 _log = logging.getLogger(__name__)
 
@@ -348,14 +355,10 @@ def _run_trainer(corpus: list[str], vocab_size: int, model_type: str,
             max_sentence_length=1 << 16, minloglevel=2)
     except RuntimeError as e:
         msg = str(e)
-        corpus_desc = (f"{len(corpus)} sentences, {sum(map(len, corpus))} characters, "
-                       f"{len(set(''.join(corpus)))} distinct characters")
+        corpus_desc = _describe(corpus)
         too_high = re.search(r"Vocabulary size too high \((\d+)\).*<= (\d+)", msg)
         if too_high:
-            raise ValueError(
-                f"vocab_size={vocab_size} is too large for this corpus ({corpus_desc}): "
-                f"sentencepiece can build at most {too_high.group(2)} pieces from it. Use a "
-                f"smaller vocab_size (data.vocab_size) or a larger corpus.") from e
+            raise _too_large(vocab_size, too_high.group(2), corpus_desc) from e
         too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", msg)
         if too_low:
             raise ValueError(
@@ -365,4 +368,20 @@ def _run_trainer(corpus: list[str], vocab_size: int, model_type: str,
                 f"a lower character_coverage.") from e
         raise ValueError(f"sentencepiece training failed ({corpus_desc}, "
                          f"vocab_size={vocab_size}): {msg}") from e
+    # A char model takes vocab_size as a cap: it silently stops at the corpus' characters.
+    built = spm.SentencePieceProcessor(model_proto=model.getvalue()).GetPieceSize()
+    if hard_vocab_limit and built != vocab_size:
+        raise _too_large(vocab_size, built, _describe(corpus))
     return model.getvalue()
+
+
+def _describe(corpus: list[str]) -> str:
+    return (f"{len(corpus)} sentences, {sum(map(len, corpus))} characters, "
+            f"{len(set(''.join(corpus)))} distinct characters")
+
+
+def _too_large(vocab_size: int, most: int | str, corpus_desc: str) -> ValueError:
+    return ValueError(
+        f"vocab_size={vocab_size} is too large for this corpus ({corpus_desc}): "
+        f"sentencepiece can build at most {most} pieces from it. Use a smaller "
+        f"vocab_size (data.vocab_size) or a larger corpus.")

@@ -58,8 +58,8 @@ def error_response(error: ApiError) -> JSONResponse:
     # A message may quote the client's text: a lone surrogate (from a JSON escape)
     # cannot be UTF-8 encoded, so it is written as its escape instead.
     body = {"error": {"code": error.status, "reason": error.reason,
-                      "message": _printable(error.message),
-                      "field": None if error.field is None else _printable(error.field)}}
+                      "message": printable(error.message),
+                      "field": None if error.field is None else printable(error.field)}}
     return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
@@ -89,7 +89,8 @@ def install_handlers(app: FastAPI) -> None:
         return error_response(ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (a lone surrogate) as its escape."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
@@ -136,10 +137,14 @@ def _clip(text: str, most: int = 60) -> str:
 
 async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
     """The request body as JSON: 415 unless Content-Type is application/json (UTF-8),
-    413 over ``max_bytes`` (answered once the body is read, so the client reads it),
-    408 when the body has not all come within ``timeout_s``, 400 for invalid UTF-8 or
-    JSON (naming the byte, or line and column) or nesting deeper than MAX_DEPTH."""
-    _check_content_type(request.headers.get("content-type", ""))
+    then :func:`read_body`'s and :func:`parse_json`'s errors."""
+    check_json_type(request.headers.get("content-type", ""))
+    return parse_json(await read_body(request, max_bytes, timeout_s))
+
+
+async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
+    """The request body: 413 over ``max_bytes`` (answered once the body is read, so the
+    client reads it), 408 when it has not all come within ``timeout_s``."""
     declared = request.headers.get("content-length")
     size = int(declared) if declared is not None and declared.isdigit() else None
     if size is not None and size > DISCARD_BYTES:  # not worth reading: close after the 413
@@ -153,12 +158,13 @@ async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
     if body is None:
         raise _too_large(max(received, size or 0), max_bytes,
                          close=received > DISCARD_BYTES)
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ApiError(400, f"the body is not valid UTF-8: {e.reason} at byte {e.start} "
-                            "(0-based)",
-                       field="body") from None
+    return bytes(body)
+
+
+def parse_json(body: bytes) -> Any:
+    """``body`` as JSON: 400 for invalid UTF-8 or JSON (naming the byte, or line and
+    column), a key twice in one object, or nesting deeper than MAX_DEPTH."""
+    text = decode_utf8(body)
     too_deep = ApiError(400, f"the body nests arrays and objects more than {MAX_DEPTH} "
                              "deep", field="body")
     try:
@@ -173,6 +179,16 @@ async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
     return data
 
 
+def decode_utf8(body: bytes) -> str:
+    """``body`` as text; 400 naming the first byte that is not UTF-8."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"the body is not valid UTF-8: {e.reason} at byte {e.start} "
+                            "(0-based)",
+                       field="body") from None
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """An object of the body, refused when it names a key twice (which would win?)."""
     obj = dict(pairs)
@@ -184,7 +200,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _check_content_type(value: str) -> None:
+def check_json_type(value: str) -> None:
+    """415 unless ``value`` (a Content-Type) is application/json, in UTF-8."""
     media, *params = value.split(";")
     if media.strip().lower() != "application/json":
         got = media.strip() or "no Content-Type"
@@ -223,7 +240,7 @@ def _deeper_than(data: Any, most: int) -> bool:
     return any(isinstance(v, (list, dict)) for v in level)
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     names = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
              float: "a number", type(None): "null"}
     return names.get(type(value), type(value).__name__)
@@ -238,7 +255,7 @@ def _too_large(size: int, limit: int, close: bool = False) -> ApiError:
 def parse(model: type[pydantic.BaseModel], data: Any) -> Any:
     """``data`` validated as ``model``; a 422 naming the field otherwise."""
     if not isinstance(data, dict):
-        raise ApiError(422, f"the body must be a JSON object; got {_json_type(data)} "
+        raise ApiError(422, f"the body must be a JSON object; got {json_type(data)} "
                             f"{_short(data)}", field="body")
     try:
         return model.model_validate(data)

@@ -15,6 +15,7 @@ from typing import Any
 
 from jformer.inference import Translator, padded_rows
 from jformer.inference.settings import SearchSettings
+from jformer.serve.languages import LanguagePair
 from jformer.workdir import files
 
 logger = logging.getLogger("jformer.serve")
@@ -22,12 +23,15 @@ logger = logging.getLogger("jformer.serve")
 
 @dataclasses.dataclass(frozen=True)
 class ModelSource:
-    """Where the served model comes from (``jformer serve --workdir ...``)."""
+    """Where the served model comes from (``jformer serve --workdir ...``); its
+    ``languages`` are config.json's data.src_lang and tgt_lang unless given
+    (``--languages``)."""
 
     workdir: str
     checkpoint_dir: str | None = None
     step: int | None = None
     devices: int = 1
+    languages: LanguagePair | None = None
 
     def check(self) -> None:
         """Fails fast, before the server binds its port, on a missing workdir, config,
@@ -42,12 +46,15 @@ class ModelSource:
 
     def load(self) -> tuple[Translator, dict[str, Any]]:
         """The Translator and its description for /v1/model."""
-        translator = Translator.from_checkpoint(self.workdir, self.checkpoint_dir,
-                                                self.step, devices=self.devices)
         config = files.load_config(self.workdir)
+        source, target = config.data.src_lang, config.data.tgt_lang
+        if self.languages is not None:
+            source, target = self.languages.source, self.languages.target
+        translator = Translator.from_checkpoint(self.workdir, self.checkpoint_dir,
+                                                self.step, devices=self.devices,
+                                                source_lang=source)
         directory = self.checkpoint_dir or files.checkpoint_dir(self.workdir)
-        info = describe(translator, source_lang=config.data.src_lang,
-                        target_lang=config.data.tgt_lang,
+        info = describe(translator, source_lang=source, target_lang=target,
                         step=self.step if self.step is not None else latest_step(directory),
                         checkpoint_dir=os.path.abspath(directory))
         return translator, info

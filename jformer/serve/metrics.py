@@ -26,7 +26,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Routes by name, so a scan of random paths cannot grow the label set.
 ROUTES = ("/v1/translate", "/v1/attention", "/v1/health", "/v1/ready", "/v1/model",
-          "/metrics", "/", "/docs", "/openapi.json")
+          "/metrics", "/", "/docs", "/openapi.json",
+          "/translate", "/detect", "/languages")  # LibreTranslate's API
 
 
 class Metrics:

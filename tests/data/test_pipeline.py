@@ -159,3 +159,29 @@ def test_accum_steps_reach_the_batch_plan(train, tmp_path, pack):
     ev = pipeline.build_pipeline(cfg, str(tmp_path), "eval", num_devices=2,
                                  tokenizer=train.tokenizer)
     assert ev.batches.options.accum_steps == 1  # evaluation steps do not accumulate
+
+
+def test_a_char_vocabulary_is_learned_recorded_and_reused(tmp_path):
+    """data.vocab_model_type="char" on English -> Chinese text files: spm.model is a char
+    model, spm.json records the type, a rerun reuses it, and a BPE config is refused."""
+    from tests import zh_corpus
+
+    pattern = zh_corpus.write_splits(tmp_path)
+    cfg = DataConfig(source="text", text_pattern=pattern, src_lang="en", tgt_lang="zh",
+                     vocab_model_type="char", max_source_len=64, max_target_len=64)
+    pairs = pipeline.sources.load_split(cfg, "train")
+    cfg = dataclasses.replace(
+        cfg, vocab_size=zh_corpus.char_vocab_size([s for p in pairs for s in p]))
+    workdir = str(tmp_path / "run")
+    train = pipeline.build_pipeline(cfg, workdir, "train")
+    tok = train.tokenizer
+    assert all(len(tok.id_to_piece(i)) == 1 for i in tok.ordinary_ids())
+    with open(os.path.join(workdir, files.SPM_RECORD)) as f:
+        assert json.load(f)["model_type"] == "char"
+    batch = next(train.batches)
+    assert set(tok.decode(batch["targets"])) <= {t for _, t in pairs} | {""}
+    again = pipeline.build_pipeline(cfg, workdir, "test")
+    assert again.tokenizer.path == tok.path and len(again.examples) == 20
+    with pytest.raises(ValueError, match=r"data.vocab_model_type 'char' -> 'bpe'"):
+        pipeline.load_or_train_tokenizer(dataclasses.replace(cfg, vocab_model_type="bpe"),
+                                         workdir, pairs)

@@ -121,3 +121,67 @@ def test_bad_arguments(tmp_path):
 def test_encode_rejects_a_single_string(tok):
     with pytest.raises(ValueError, match="not one string"):
         tok.encode("a sentence")
+
+
+# ---------------------------------------------------------------- character vocabularies
+@pytest.fixture(scope="module")
+def zh_sentences() -> list[str]:
+    from tests import zh_corpus
+
+    return [s for p in zh_corpus.pairs(0, 300) for s in p]
+
+
+def test_a_char_model_has_one_piece_per_character_of_a_mixed_corpus(zh_sentences, tmp_path):
+    """data.vocab_model_type="char" on English and Chinese: every piece is one character
+    (or a byte), a sentence is its characters, with '▁' for the spaces."""
+    from tests.zh_corpus import char_vocab_size
+
+    size = char_vocab_size(zh_sentences)
+    tok = Tokenizer.train(zh_sentences, tmp_path / "c", size, model_type="char")
+    assert tok.vocab_size == size
+    ordinary = [tok.id_to_piece(i) for i in tok.ordinary_ids()]
+    assert sorted(ordinary) == sorted(set("".join(zh_sentences).replace(" ", "▁")))
+    for text in ["她买三本红色的书。", "They want two green birds.", "我用Python写代码。"]:
+        ids = tok.encode([text], add_eos=False)[0]
+        assert [tok.id_to_piece(i) for i in ids] == list("▁" + text.replace(" ", "▁"))
+        assert tok.decode([ids]) == [text]
+
+
+def test_char_model_byte_fallback_spells_unseen_characters_in_bytes(zh_sentences, tmp_path):
+    """A character the corpus never had is its UTF-8 bytes, never <unk>, and decodes back
+    exactly; a vocab_size one short of the characters drops the rarest one to bytes."""
+    from collections import Counter
+
+    from tests.zh_corpus import char_vocab_size
+
+    size = char_vocab_size(zh_sentences)
+    tok = Tokenizer.train(zh_sentences, tmp_path / "c", size, model_type="char")
+    text = "我想要一只鹅 🙂"  # 鹅 (goose) and the emoji are not in the corpus
+    ids = tok.encode([text], add_eos=False)[0]
+    pieces = [tok.id_to_piece(i) for i in ids]
+    assert pieces == list("▁我想要一只") + ["<0xE9>", "<0xB9>", "<0x85>", "▁",
+                                            "<0xF0>", "<0x9F>", "<0x99>", "<0x82>"]
+    assert tok.unk_id not in ids and tok.decode([ids]) == [text]
+    corpus = zh_sentences + ["他有一只鹿。"]  # 鹿 (deer) once: the rarest character
+    counts = sorted(Counter("".join(corpus)).values())
+    assert counts[:2] == [1, counts[1]] and counts[1] > 1
+    full = Tokenizer.train(corpus, tmp_path / "full", size + 1, model_type="char")
+    capped = Tokenizer.train(corpus, tmp_path / "capped", size, model_type="char")
+    assert full.encode(["鹿"], add_eos=False)[0].size == 2  # '▁', '鹿'
+    ids = capped.encode(["鹿"], add_eos=False)[0]
+    assert [capped.id_to_piece(i) for i in ids] == ["▁", "<0xE9>", "<0xB9>", "<0xBF>"]
+    assert capped.decode([ids]) == ["鹿"]
+
+
+def test_a_char_vocab_size_beyond_the_characters_is_an_error(zh_sentences, tmp_path):
+    from tests.zh_corpus import char_vocab_size
+
+    size = char_vocab_size(zh_sentences)
+    with pytest.raises(ValueError, match=rf"vocab_size={size + 1} is too large for this corpus"
+                                         rf" \(.*\): sentencepiece can build at most {size} "
+                                         r"pieces from it\. Use a smaller vocab_size "
+                                         r"\(data.vocab_size\)"):
+        Tokenizer.train(zh_sentences, tmp_path / "c", size + 1, model_type="char")
+    soft = Tokenizer.train(zh_sentences, tmp_path / "s", size + 100, model_type="char",
+                           hard_vocab_limit=False)
+    assert soft.vocab_size == size

@@ -1,10 +1,15 @@
-"""Shared by the serve tests: the committed tiny workdir as a Translator.
+"""Shared by the serve tests: the committed tiny workdir as a Translator, and a live
+server on loopback.
 
 One Translator for the whole session, with small decode settings (batch 4, short
 outputs), so the tests share a handful of compiled programs.
 """
+import contextlib
 import dataclasses
 import os
+import socket
+import threading
+import time
 
 import pytest
 
@@ -28,3 +33,27 @@ def translator():
     from jformer.inference import Translator
 
     return Translator.from_checkpoint(WORKDIR, decode_cfg=small_decode())
+
+
+@contextlib.contextmanager
+def live_server(app):
+    """``app`` under uvicorn in a thread of this process (it shares the session's
+    compiled programs), on a loopback port; yields its base URL."""
+    import uvicorn
+
+    sock = socket.socket()  # bound here and handed over: no other process can take it
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

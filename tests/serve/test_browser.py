@@ -6,9 +6,6 @@ to one head; saves a screenshot in the test's temp dir. Skipped, saying what is
 missing, without chromium, chromedriver or selenium (.ci/run installs them).
 """
 import shutil
-import socket
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -21,7 +18,6 @@ if CHROMIUM is None or CHROMEDRIVER is None:
     pytest.skip("needs Chromium and its driver: apt-get install chromium chromium-driver",
                 allow_module_level=True)
 
-import uvicorn  # noqa: E402
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -31,7 +27,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from jformer.inference.attention_maps import attention_weights  # noqa: E402
 from jformer.serve import ServeLimits, create_app  # noqa: E402
 from jformer.serve.loading import describe  # noqa: E402
-from tests.serve.conftest import SENTENCES  # noqa: E402
+from tests.serve.conftest import SENTENCES, live_server  # noqa: E402
 
 
 @pytest.fixture
@@ -40,20 +36,8 @@ def server(translator):
     app = create_app(lambda: (translator, describe(translator, step=400, source_lang="en",
                                                    target_lang="de")),
                      ServeLimits(warmup_buckets=0, max_wait_ms=2))
-    sock = socket.socket()  # bound here and handed over: no other process can take it
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
-    sock.close()
+    with live_server(app) as url:
+        yield url
 
 
 @pytest.fixture

@@ -103,11 +103,20 @@ def test_sigterm_drains_the_requests_in_flight_then_exits_0(tmp_path):
         expected = json.load(f)
     sources, want = expected["sources"], [g["text"] for g in expected["greedy"]]
     log_path = tmp_path / "server.log"
+    (tmp_path / "keys").write_text("k-1\n")
     proc, port_file = start(WORKDIR, log_path, "--max-wait-ms", "600000", "--max-batch",
-                            str(2 * len(sources)))
+                            str(2 * len(sources)), "--languages", "en-GB:de-AT",
+                            "--api-keys", str(tmp_path / "keys"))
     try:
         base = base_url(proc, port_file, log_path)
         wait_ready(proc, base, log_path)
+        # The flags' language pair and keys (LibreTranslate's API; nothing is decoded).
+        assert json.loads(get(base + "/languages")[1])[0] == {
+            "code": "en-GB", "name": "English", "targets": ["de-AT"]}
+        assert json.loads(get(base + "/v1/model")[1])["target_lang"] == "de-AT"
+        assert post(base + "/translate", {"q": "x", "source": "en-gb", "target": "de-at",
+                                          "api_key": "k-2"}) == (403, {"error": "Invalid "
+                                                                                "API key"})
         # A body far over --max-body-bytes: read to its end, then its 413 (not a reset).
         conn = http.client.HTTPConnection("127.0.0.1", int(base.rsplit(":", 1)[1]),
                                           timeout=60)
@@ -166,3 +175,18 @@ def test_bad_paths_and_limits_fail_before_binding_with_one_line(tmp_path, capsys
     assert "--max-wait-ms must be a finite number >= 0; got -1.0" in capsys.readouterr().err
     assert cli.main(["serve", "--workdir", WORKDIR, "--max-batch", "3", "--devices", "2"]) == 1
     assert "--max-batch (3) must be a multiple of --devices (2)" in capsys.readouterr().err
+
+
+def test_bad_languages_and_api_keys_fail_before_binding_with_one_line(tmp_path, capsys):
+    assert cli.main(["serve", "--workdir", WORKDIR, "--languages", "en-de"]) == 1
+    assert capsys.readouterr().err.strip() == ("jformer serve: error: --languages must be "
+                                               "SOURCE:TARGET, e.g. en:de; got 'en-de'")
+    assert cli.main(["serve", "--workdir", WORKDIR, "--languages", "auto:de"]) == 1
+    assert "the source language must be a code" in capsys.readouterr().err
+    missing = tmp_path / "keys.txt"
+    assert cli.main(["serve", "--workdir", WORKDIR, "--api-keys", str(missing)]) == 1
+    assert capsys.readouterr().err.strip() == ("jformer serve: error: --api-keys: no such "
+                                               f"file: {missing}")
+    missing.write_text("# none yet\n")
+    assert cli.main(["serve", "--workdir", WORKDIR, "--api-keys", str(missing)]) == 1
+    assert "no keys in the file" in capsys.readouterr().err
