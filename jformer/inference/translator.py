@@ -307,7 +307,7 @@ class Translator:
         """The hypotheses of every source (an empty one: one empty hypothesis), decoded
         bucket by bucket in batches of at most ``batch_size`` sentences; ``prefix_ids``:
         each source's target prefix (None: none), forced or, with ``beta``, biased."""
-        specs = {bucket: settings.spec(self._output_len(bucket, settings.max_len),
+        specs = {bucket: settings.spec(self.output_positions(bucket, settings.max_len),
                                        self.chunk_size, self.decode_cfg.eos_candidates)
                  for bucket in self.buckets}
         caps: dict[int, int] = {}
@@ -335,7 +335,7 @@ class Translator:
                 hyps[i] = h
         return hyps
 
-    def _output_len(self, bucket: int, max_len: int | None) -> int:
+    def output_positions(self, bucket: int, max_len: int | None) -> int:
         """Output positions for a source bucket: the a * len + b rule, or ``max_len``
         capped at model.max_len."""
         if max_len is None:

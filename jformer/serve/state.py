@@ -157,9 +157,11 @@ async def translate(state: ServerState, translator: Translator, req: TranslateRe
     plan = translation.plan(texts, translator, state.limits, single=isinstance(req.q, str))
     results: list = []
     if plan.sentences:
+        prefixes = translation.line_prefixes(req, plan, translator, settings)
         job = PendingRequest(plan.sentences, plan.lengths, plan.buckets, settings,
                              asyncio.get_running_loop(), seed=seed,
-                             positions=plan.positions if seed is not None else None)
+                             positions=plan.positions if seed is not None else None,
+                             prefixes=prefixes)
         results = await run_job(state, job, arrived)
     return translation.assemble(plan, results, settings.n_best, req.scores), seed
 
