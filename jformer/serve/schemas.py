@@ -49,6 +49,18 @@ class TranslateRequest(_Strict):
         "target_prefix, by this weight in (0, 1), instead of forcing it")
 
 
+class ScoreRequest(_Strict):
+    """POST /v1/score: forced decoding of given translations."""
+
+    q: list[str] = Field(description="source lines")
+    targets: list[str] = Field(description="a translation per source line")
+    alpha: float | None = Field(None, ge=0, le=10, allow_inf_nan=False,
+                                description="length penalty exponent of score (default: "
+                                            "the model's decode.alpha)")
+    tokens: bool = Field(False, description="also return each target piece with its "
+                                            "log-probability")
+
+
 class Hypothesis(BaseModel):
     text: str
     score: float = Field(description="sum over the text's lines of log-prob (beam: "

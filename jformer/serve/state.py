@@ -166,6 +166,29 @@ async def translate(state: ServerState, translator: Translator, req: TranslateRe
     return translation.assemble(plan, results, settings.n_best, req.scores), seed
 
 
+async def on_decoder(state: ServerState, fn: Callable[[], Any], arrived: float) -> Any:
+    """``fn()`` run on the decoder thread between batches (a model call that is not a
+    translation); 503 while not ready, 504 past the request's --timeout-s; an ApiError
+    it raises reaches the client."""
+    try:
+        future = state.batcher.call(fn)
+    except Stopped:
+        raise state.not_ready() from None
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future),
+                                      time_left(state.limits, arrived))
+    except asyncio.TimeoutError:
+        raise ApiError(504, f"no answer within {state.limits.timeout_s:g} s (--timeout-s)",
+                       reason="timeout") from None
+
+
+async def read_body(request, limits: ServeLimits, arrived: float) -> Any:
+    """The body as JSON, which must all have come within the request's --timeout-s."""
+    from jformer.serve import errors
+
+    return await errors.read_json(request, limits.max_body_bytes, time_left(limits, arrived))
+
+
 def time_left(limits: ServeLimits, arrived: float) -> float:
     """Seconds left of the request's --timeout-s (its body must come within them)."""
     return max(0.0, arrived + limits.timeout_s - time.monotonic())
