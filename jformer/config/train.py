@@ -8,6 +8,9 @@ from jformer.config.fields import (check, check_choice, check_number, check_posi
 from jformer.config.model import DTYPES
 
 SCHEDULES = ("rsqrt", "linear")
+# The validation figures that checkpoints can be chosen by (train.best_metric, `jformer
+# average-checkpoints --best K --metric`), and which way is better.
+SELECTION_METRICS = {"bleu": "max", "loss": "min"}
 
 
 @dataclasses.dataclass(frozen=True)
