@@ -83,6 +83,11 @@ def get_config() -> ml_collections.ConfigDict:
     t.eval_bleu_sentences = 1000  # validation sentences decoded for BLEU; 0 = all
     t.checkpoint_every = 5000  # steps (paper 6.1: checkpoints every 10 minutes)
     t.keep_checkpoints = 5  # paper 6.1: average of the last 5 checkpoints
+    # also keep the K of best validation best_metric, every evaluated step checkpointed
+    # (jformer average-checkpoints --best K); 0: only the last keep_checkpoints
+    t.keep_best = 0
+    t.best_metric = "bleu"  # bleu (higher is better) | loss (lower): keep_best, early stop
+    t.early_stop_evals = 0  # stop once N validations in a row missed the best; 0: never
     t.async_checkpoints = True
     t.coordinator_address = ""  # host:port for multi-host; empty = single process
     t.num_processes = 1

@@ -30,7 +30,9 @@ _API = {
     "greedy_search": "jformer.search", "beam_search": "jformer.search",
     "sample": "jformer.search",
     "restore_params": "jformer.workdir.checkpoint",
-    "average_checkpoints": "jformer.workdir.averaging", "load_config": "jformer.workdir.files",
+    "average_checkpoints": "jformer.workdir.averaging",
+    "average_best_checkpoints": "jformer.workdir.averaging",
+    "load_config": "jformer.workdir.files",
 }
 __all__ = sorted(_API)
 

@@ -229,3 +229,11 @@ def test_the_marian_config_is_the_workdirs_own():
     assert from_config_dict(marian.get_config(legacy)) == files.load_config(legacy)
     with pytest.raises(ValueError, match="configs/marian.py:<workdir>"):
         marian.get_config()
+
+
+def test_the_multi30k_recipe_validates_every_checkpoint_and_keeps_the_best_5():
+    """`jformer average-checkpoints --best 5` needs 5 validated checkpoints kept: every
+    checkpoint is validated (as the last 5 are, for --last 5), and the best 5 stay."""
+    t = from_config_dict(multi30k.get_config()).train
+    assert t.eval_every == t.checkpoint_every and t.keep_best == 5 and t.best_metric == "bleu"
+    assert t.keep_checkpoints == 5 and t.early_stop_evals == 0

@@ -1,4 +1,6 @@
 """A tiny training config shared by the training-level tests (seconds on a CPU)."""
+import shutil
+
 from configs import demo
 
 
@@ -44,3 +46,11 @@ def tiny_bert_config(kind="pretrain", **train_overrides):
     for k, v in train_overrides.items():
         setattr(t, k, v)
     return c
+
+
+def workdir_with_vocab(tmp_path, name, vocab):
+    """A new workdir ``tmp_path/name`` holding a copy of the sentencepiece model `vocab`."""
+    w = tmp_path / name
+    w.mkdir()
+    shutil.copy(vocab, w / "spm.model")
+    return str(w)

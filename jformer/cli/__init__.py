@@ -4,7 +4,7 @@
     jformer evaluate --workdir runs/demo --src test.en --ref test.de [--hyp-out FILE]
     jformer score --workdir runs/demo --src test.en --tgt test.de [--jsonl]   (forced decoding)
     jformer attention --workdir runs/demo "A sentence." [--out DIR]
-    jformer average-checkpoints --workdir runs/demo --last 5 --out DIR
+    jformer average-checkpoints --workdir runs/demo --last 5 | --best 5 [--metric loss] --out DIR
     jformer curves runs/a [label=runs/b ...] --out curves.png
     jformer serve --workdir runs/demo [--host 127.0.0.1] [--port 8000]   (HTTP API, page)
     jformer memory --workdir runs/demo | --config configs/base.py [--batch --beam ...]

@@ -22,7 +22,8 @@ from jformer.config.model import (ACTIVATIONS, DECODER_STARTS, DTYPES, KERNELS, 
 from jformer.config.root import Config, check_training_config, from_config_dict, to_dict
 from jformer.config.tasks import (TASK_KINDS, BertConfig, FinetuneConfig, PretrainConfig,
                                   TaskConfig)
-from jformer.config.train import AUTO_COORDINATOR, SCHEDULES, TrainConfig, check_coordinator
+from jformer.config.train import (AUTO_COORDINATOR, SCHEDULES, SELECTION_METRICS, TrainConfig,
+                                  check_coordinator)
 from jformer.config.units import parse_bytes
 
 __all__ = [
@@ -30,8 +31,8 @@ __all__ = [
     "DECODER_STARTS", "DECODE_DTYPES", "DTYPES", "DataConfig", "DecodeConfig",
     "EOS_CANDIDATES", "FinetuneConfig", "JAX_SEED_LIMIT",
     "KERNELS", "ModelConfig", "NORM_KINDS", "OVERLONG_POLICIES", "POSITIONAL_KINDS",
-    "PretrainConfig", "SCHEDULES", "TASK_KINDS", "TaskConfig", "TrainConfig", "VOCABS",
-    "VOCAB_MODEL_TYPES",
+    "PretrainConfig", "SCHEDULES", "SELECTION_METRICS", "TASK_KINDS", "TaskConfig",
+    "TrainConfig", "VOCABS", "VOCAB_MODEL_TYPES",
     "check_coordinator", "check_training_config", "from_config_dict", "parse_bytes",
     "resolve_kernels", "to_dict",
 ]

@@ -8,6 +8,9 @@ from jformer.config.fields import (check, check_choice, check_number, check_posi
 from jformer.config.model import DTYPES
 
 SCHEDULES = ("rsqrt", "linear")
+# The validation figures that checkpoints can be chosen by (train.best_metric, `jformer
+# average-checkpoints --best K --metric`), and which way is better.
+SELECTION_METRICS = {"bleu": "max", "loss": "min"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +39,11 @@ class TrainConfig:
     eval_bleu_sentences: int = 500  # validation sentences decoded for BLEU (0: all)
     checkpoint_every: int = 1000  # steps between checkpoints
     keep_checkpoints: int = 5  # last K kept (paper averages the last 5)
+    # Also keep the K checkpoints of best validation best_metric (0: none), for `jformer
+    # average-checkpoints --best K`; every evaluated step is then checkpointed too.
+    keep_best: int = 0
+    best_metric: str = "bleu"  # bleu (higher is better) | loss (lower): keep_best, early stop
+    early_stop_evals: int = 0  # stop once N validations in a row missed the best (0: never)
     async_checkpoints: bool = True
     # multi-host (jax.distributed.initialize): host:port of process 0; "auto": JAX reads
     # the address, count and id from the cluster (SLURM, Cloud TPU VMs, Open MPI,
@@ -49,8 +57,10 @@ class TrainConfig:
         for name in ("num_steps", "accum_steps", "log_every", "eval_every",
                      "checkpoint_every", "keep_checkpoints", "num_processes"):
             check_positive(s, name, getattr(self, name))
-        check(is_int(self.warmup_steps) and self.warmup_steps >= 0, f"{s}.warmup_steps",
-              "an int >= 0", self.warmup_steps)
+        for name in ("warmup_steps", "keep_best", "early_stop_evals"):
+            check(is_int(getattr(self, name)) and getattr(self, name) >= 0, f"{s}.{name}",
+                  "an int >= 0", getattr(self, name))
+        check_choice(s, "best_metric", self.best_metric, tuple(SELECTION_METRICS))
         check_number(s, "max_minutes", self.max_minutes, 0, note=" (0: no budget)")
         check_rate(s, "label_smoothing", self.label_smoothing)
         check_choice(s, "parallelism", self.parallelism, ("shard_map", "pmap"))

@@ -6,51 +6,14 @@ folder name or by ``label=path`` pairs.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Sequence
 
-from jformer.workdir.files import METRICS_FILENAME
+from jformer.workdir.metrics import EVAL_KINDS, read_metrics
 
 PANELS = (("train", "loss", "training loss (label-smoothed)"),
           ("eval", "loss", "validation loss (label-smoothed)"),
           ("eval", "bleu", "validation BLEU"))
-EVAL_KINDS = ("eval", "final")  # periodic validation, and the one after the last step
-
-
-def read_metrics(workdir: str) -> list[dict]:
-    """The rows of ``<workdir>/metrics.jsonl``, in file order.
-
-    A resumed run appends to the file and restarts ``time_s`` (a monotonic clock, so it
-    only falls at a restart): rows of later invocations are shifted so that time keeps
-    increasing, and rows of earlier ones at or beyond the resumed invocation's first
-    step are dropped (a run killed between checkpoints logged steps it then redid).
-    """
-    path = os.path.join(workdir, METRICS_FILENAME)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no {METRICS_FILENAME} in {workdir} (written by train.py)")
-    rows, offset, last_time = [], 0.0, 0.0
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                step, time_s = int(row["step"]), float(row["time_s"])
-                for key, value in row.items():
-                    if key != "kind" and (isinstance(value, bool)
-                                          or not isinstance(value, (int, float))):
-                        raise ValueError(f"field {key!r} must be a number; got {value!r}")
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise ValueError(f"{path}:{number}: not a metrics row ({e}): "
-                                 f"{line[:80]!r}") from None
-            if time_s + offset < last_time:  # a resumed invocation
-                offset = last_time
-                rows = [r for r in rows if r["step"] < step]  # redone steps
-            row["step"], row["time_s"] = step, time_s + offset
-            last_time = row["time_s"]
-            rows.append(row)
-    return rows
 
 
 def _series(rows: list[dict], kind: str, key: str) -> tuple[list[int], list[float], list[float]]:

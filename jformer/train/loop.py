@@ -14,17 +14,19 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 
 from jformer import config as config_lib
+from jformer.config.fields import check
 from jformer.train import bert_tasks, finetune_task
 from jformer.train.progress import Progress
 from jformer.workdir import files
 from jformer.workdir.checkpoint import Checkpointer
-from jformer.train.run_control import (Budget, StopRequest, TrainingInterrupted, check_finite,
-                                       workdir_lock)
+from jformer.workdir.metrics import read_metrics, validation_scores
+from jformer.train.run_control import (Budget, EarlyStop, StopRequest, TrainingInterrupted,
+                                       agreed, check_finite, selection_value, workdir_lock)
 from jformer.train.schedules import make_optimizer
 from jformer.train.sharding import DataParallel
 from jformer.mesh import make_mesh
@@ -110,11 +112,15 @@ def _train(raw_config: Mapping[str, Any], workdir: str,
     raw = raw_config.to_dict() if hasattr(raw_config, "to_dict") else dict(raw_config)
     task = task_for(raw)
     early = task.validate(raw)
-    os.makedirs(workdir, exist_ok=True)
     tcfg = early.train
+    check_selection(task, tcfg)
+    os.makedirs(workdir, exist_ok=True)
+    # earlier_validations is read inside the lock: the second item opens after the first.
     with workdir_lock(workdir), Checkpointer(
             files.checkpoint_dir(workdir), keep=tcfg.keep_checkpoints,
-            save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints) as ckpt:
+            save_every=tcfg.checkpoint_every, async_save=tcfg.async_checkpoints,
+            keep_best=tcfg.keep_best, best_metric=tcfg.best_metric,
+            scores=earlier_validations(workdir, tcfg)) as ckpt:
         if ckpt.latest_step() is not None:
             task.check_resume(workdir, early)  # before any data work
         job, state = build_job(raw, workdir)
@@ -127,15 +133,95 @@ def _train(raw_config: Mapping[str, Any], workdir: str,
         state, final = run_loop(job, state, ckpt, final_eval=final_eval)
     return job, job.dp.get_state(state), final
 
+def check_selection(task: Task, tcfg: config_lib.TrainConfig) -> None:
+    """train.best_metric must be a validation figure of the task when it is used."""
+    if tcfg.keep_best or tcfg.early_stop_evals:
+        check(
+            tcfg.best_metric in task.selection_metrics, "train.best_metric",
+            f"one of {task.selection_metrics} (the validation figures of task.kind="
+            f"{task.kind!r}) with train.keep_best or train.early_stop_evals",
+            tcfg.best_metric)
+
+def earlier_validations(workdir: str, tcfg: config_lib.TrainConfig) -> dict[int, float]:
+    """Step -> ``train.best_metric`` of the validations in ``<workdir>/metrics.jsonl`` (a
+    resumed run's), when train.keep_best or train.early_stop_evals needs them."""
+    path = os.path.join(workdir, files.METRICS_FILENAME)
+    if not (tcfg.keep_best or tcfg.early_stop_evals) or not os.path.isfile(path):
+        return {}
+    return validation_scores(read_metrics(workdir), tcfg.best_metric, path)
+
+class Validations:
+    """A run's evaluations: every ``train.eval_every`` steps and, with ``final_eval``, the
+    final one at the last step (5 sample translations; metrics.jsonl kind "final"); the
+    figure ``train.best_metric`` of each, which checkpoints are kept by
+    (``train.keep_best``); early stopping (``train.early_stop_evals``)."""
+
+    def __init__(self, job: Job, progress: Progress, start_step: int, final_eval: bool):
+        t = job.cfg.train
+        self.job, self.progress, self.final_eval = job, progress, final_eval
+        self.metric = t.best_metric if t.keep_best or t.early_stop_evals else None
+        earlier = earlier_validations(job.workdir, t).items()
+        self.early_stop = EarlyStop(t.early_stop_evals, t.best_metric,
+                                    sorted((s, v) for s, v in earlier if s <= start_step))
+        self.final: dict[str, Any] | None = None
+
+    def stopped_before(self) -> bool:
+        """Whether the earlier validations of a resumed run already stopped it early."""
+        message = self.early_stop.check()
+        if agreed(message is not None):
+            self._note(f"{message}; train.early_stop_evals ended this run before")
+            return True
+        return False
+
+    def after_step(self, step: int, last_step: int, params_fn: Callable[[], Any],
+                   interrupted: bool) -> tuple[int, float | None]:
+        """Evaluates after `step` when due. Returns the last step (this one when validation
+        has stopped improving) and this step's best_metric figure (None: no evaluation,
+        or no figure asked for)."""
+        scores = value = None
+        if step % self.job.cfg.train.eval_every == 0 and step < last_step:
+            scores = self.job.task.evaluate(self.job, params_fn())
+            self.progress.evaluate(step, scores)
+            value = self._value(scores)
+            if value is not None and self._stops(step, value):
+                last_step = step
+        if step == last_step and self.final_eval and not interrupted:
+            if scores is None:
+                scores = self.job.task.final(self.job, params_fn())
+                value = self._value(scores)
+            self.evaluated_final(step, scores)
+        return last_step, value
+
+    def evaluated_final(self, step: int, scores: Mapping[str, Any]) -> None:
+        self.final = {"step": step, **scores}
+        self.progress.evaluate(step, self.final, kind="final")
+
+    def _value(self, scores: Mapping[str, Any]) -> float | None:
+        return None if self.metric is None else selection_value(scores, self.metric)
+
+    def _stops(self, step: int, value: float) -> bool:
+        message = self.early_stop.update(step, value)
+        if agreed(message is not None):
+            self._note(message)
+            return True
+        return False
+
+    def _note(self, message: str | None) -> None:
+        if message:  # process 0's; the others follow it
+            _log.info(message)
+            self.progress.note(message)
+
 def run_loop(job: Job, state, ckpt: Checkpointer, *,
              final_eval: bool = False) -> tuple[Any, dict[str, Any] | None]:
     """The step loop: train, log, evaluate and checkpoint until ``train.num_steps``.
 
     With ``train.max_minutes`` the loop also ends, with a checkpoint, once that much
-    wall-clock time has passed since ``job.start_time``. Returns the state and, with
-    ``final_eval``, the figures of one evaluation after the last step (with 5 sample
-    translations), logged like the periodic ones (TensorBoard ``eval/*`` at the last
-    step) but recorded in metrics.jsonl as kind "final"; else None.
+    wall-clock time has passed since ``job.start_time``; with ``train.early_stop_evals``
+    once validation has stopped improving. Returns the state and, with ``final_eval``,
+    the figures of one evaluation of the last step (with 5 sample translations; an early
+    stop reuses the evaluation that stopped it), logged like the periodic ones
+    (TensorBoard ``eval/*`` at the last step) but recorded in metrics.jsonl as kind
+    "final"; else None.
     """
     tcfg = job.cfg.train
     budget = Budget(job.start_time, tcfg.max_minutes, check_every=tcfg.log_every)
@@ -144,26 +230,26 @@ def run_loop(job: Job, state, ckpt: Checkpointer, *,
                         start_time=job.start_time, budget_s=budget.seconds,
                         throughput=job.task.throughput)
     try:
+        validations = Validations(job, progress, step, final_eval)
         with StopRequest() as stop:
-            state = _steps(job, state, ckpt, progress, budget, stop)
-        step = int(job.dp.get_state(state).step)
-        final = None
-        if final_eval:
-            final = {"step": step, **job.task.final(job, job.dp.get_state(state).params)}
-            progress.evaluate(step, final, kind="final")
+            state = _steps(job, state, ckpt, progress, budget, stop, validations)
+        if final_eval and validations.final is None:  # no step ran: a finished run
+            params = job.dp.get_state(state).params
+            validations.evaluated_final(step, job.task.final(job, params))
     finally:
         progress.close()
-    return state, final
+    return state, validations.final
 
 def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budget,
-           stop: StopRequest):
-    """Steps to ``train.num_steps`` (or the time budget, or a Ctrl-C: ``stop``); the last
-    one is checkpointed. After a Ctrl-C, raises :class:`TrainingInterrupted` once saved."""
+           stop: StopRequest, validations: Validations):
+    """Steps to ``train.num_steps`` (or the time budget, an early stop, or a Ctrl-C:
+    ``stop``); the last one is checkpointed, and with ``train.keep_best`` every evaluated
+    one. After a Ctrl-C, raises :class:`TrainingInterrupted` once saved."""
     tcfg = job.cfg.train
     step = int(job.dp.get_state(state).step)
     pending: list[Any] = []  # device metrics since the last host read (no per-step sync)
     batches = job.train_data.batches
-    last_step = tcfg.num_steps
+    last_step = step if validations.stopped_before() else tcfg.num_steps
     first = True
     while step < last_step:
         batch = next(batches)
@@ -178,18 +264,19 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
             _log.info("train.max_minutes=%g reached at step %d", tcfg.max_minutes, step)
         if stop.requested:
             last_step = step
-        due_ckpt = step % tcfg.checkpoint_every == 0 or step == last_step
-        if step % tcfg.log_every == 0 or due_ckpt or step % tcfg.eval_every == 0:
+        if (step % tcfg.log_every == 0 or step % tcfg.checkpoint_every == 0
+                or step == last_step or step % tcfg.eval_every == 0):
             summed = _sum_metrics(job.dp, pending)
             pending = []
             check_finite(summed, step, ckpt)
             progress.train(step, summed, job.schedule(step - 1), job.task.train_figures(summed))
-        # the last step's evaluation is run_loop's final one (train_and_evaluate only)
-        if step % tcfg.eval_every == 0 and step < last_step:
-            progress.evaluate(step, job.task.evaluate(job, job.dp.get_state(state).params))
-        if due_ckpt:
+        # an evaluation every eval_every steps; the last step's is the final one
+        last_step, score = validations.after_step(
+            step, last_step, lambda: job.dp.get_state(state).params, stop.requested)
+        evaluated = score is not None and tcfg.keep_best > 0
+        if step % tcfg.checkpoint_every == 0 or step == last_step or evaluated:
             ckpt.save(step, job.dp.get_state(state), batches.get_state(),
-                      force=step == last_step)
+                      force=step == last_step or evaluated, score=score)
     ckpt.wait()
     if stop.requested:
         raise TrainingInterrupted(f"interrupted at step {step}, checkpoint saved; rerun "

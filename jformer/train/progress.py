@@ -125,6 +125,11 @@ class Progress:
         # Training time excludes evaluation in the tokens/s figure.
         self._t_last = time.perf_counter()
 
+    def note(self, message: str) -> None:
+        """A line in the log, above the progress bar (process 0)."""
+        if self.enabled:
+            self._bar.write(message)
+
     def _elapsed(self) -> float:
         return time.monotonic() - self.start_time
 

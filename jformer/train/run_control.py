@@ -4,6 +4,7 @@
 - :func:`workdir_lock`: one training process per workdir (an flock);
 - :class:`StopRequest`: Ctrl-C ends the run after the running step, with a checkpoint;
 - :class:`Budget`: ``train.max_minutes`` of wall-clock time;
+- :class:`EarlyStop`: ``train.early_stop_evals`` validations without a new best;
 - :func:`check_finite`: a non-finite loss stops the run, naming the last good checkpoint.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 try:
     import fcntl
@@ -27,6 +28,7 @@ import numpy as np
 from jformer import config as config_lib
 from jformer.workdir.checkpoint import Checkpointer
 from jformer.workdir.files import LOCK_FILENAME
+from jformer.workdir.metrics import METRIC_NAMES, best_steps
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -139,10 +141,70 @@ class Budget:
             return time.monotonic() >= self.deadline
         if step % self.check_every:
             return False
-        from jax.experimental import multihost_utils
+        return agreed(time.monotonic() >= self.deadline)
 
-        over = np.asarray(time.monotonic() >= self.deadline, dtype=np.int32)
-        return bool(multihost_utils.broadcast_one_to_all(over))
+def agreed(flag: bool) -> bool:
+    """Process 0's `flag`, on every process (so that all stop at the same step)."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag, dtype=np.int32)))
+
+def evals_since_best(history: Sequence[tuple[int, float]], metric: str) -> int:
+    """How many of the validations `history` ((step, figure) pairs, oldest first) came
+    after the best one (of equal figures the later counts as the best); 0 when none is a
+    number."""
+    best = best_steps(dict(history), 1, metric)
+    if not best:
+        return 0
+    return len(history) - 1 - [step for step, _ in history].index(best[0])
+
+class EarlyStop:
+    """Whether ``train.early_stop_evals`` (`patience`) validations in a row have not
+    improved on the best ``train.best_metric`` so far (0: never stop).
+
+    An equal figure counts as an improvement (ties go to the later step, as when
+    checkpoints are chosen). `history`: the (step, figure) pairs of earlier validations of
+    this run, oldest first (a resumed run reads them from metrics.jsonl)."""
+
+    def __init__(self, patience: int, metric: str,
+                 history: Sequence[tuple[int, float]] = ()):
+        self.patience, self.metric = patience, metric
+        self.history = list(history)
+
+    def update(self, step: int, value: float) -> str | None:
+        """Records the validation of `step`; :meth:`check`'s answer."""
+        self.history.append((step, value))
+        return self.check()
+
+    def check(self) -> str | None:
+        """A message saying why training stops now, or None to go on."""
+        since = evals_since_best(self.history, self.metric)
+        if not self.patience or since < self.patience:
+            return None
+        best_step, best = self.history[-1 - since]
+        later = ", ".join(f"{v:.4g}" for _, v in self.history[-since:])
+        return (f"early stop at step {self.history[-1][0]}: validation "
+                f"{METRIC_NAMES[self.metric]} has not improved for {since} evaluations "
+                f"(train.early_stop_evals={self.patience}): best {best:.4g} at step "
+                f"{best_step}, since then {later}")
+
+def selection_value(scores: Mapping[str, Any], metric: str) -> float:
+    """The figure ``train.best_metric`` of a validation, the same on every process:
+    process 0's (only it computes BLEU), broadcast to the others."""
+    value = 0.0
+    if jax.process_index() == 0:
+        if metric not in scores:
+            figures = sorted(k for k, v in scores.items() if isinstance(v, (int, float)))
+            raise ValueError(f"train.best_metric={metric!r} is not among this run's "
+                             f"validation figures ({', '.join(figures)})")
+        value = float(scores[metric])
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return float(multihost_utils.broadcast_one_to_all(np.asarray(value, np.float32)))
 
 def check_finite(summed: Mapping[str, float], step: int, ckpt: Checkpointer) -> None:
     """Stops the run when a step since the last check had a non-finite loss or gradient."""

@@ -45,6 +45,8 @@ class Task:
     kind = ""
     # (the metric sum the progress bar counts per second, the name of that rate)
     throughput = ("tokens", "target_tokens_per_sec")
+    # the validation figures train.best_metric may name (keep_best, early_stop_evals)
+    selection_metrics: tuple[str, ...] = ("loss",)
 
     def validate(self, raw: Mapping[str, Any]) -> config_lib.Config:
         """The typed config and every check that needs no data (ConfigError names the
@@ -91,6 +93,7 @@ class Task:
 
 class TranslationTask(Task):
     kind = "translation"
+    selection_metrics = ("bleu", "loss")
 
     def validate(self, raw):
         cfg = validate_config(raw)

@@ -3,9 +3,12 @@
     files        every file name in a workdir and its one reader/writer (config.json,
                  the tokenizer files, metrics.jsonl, the lock), atomic writes, JSON,
                  UTF-8 text lines
-    checkpoint   orbax checkpoints of the train state and data position; restore_params
-    averaging    the mean of the last K checkpoints' params (paper 6.1), written as a
-                 params-only checkpoint that restore_params reads
+    checkpoint   orbax checkpoints of the train state and data position, the newest and
+                 (train.keep_best) the best by validation kept; restore_params
+    metrics      metrics.jsonl read back: its rows, validation figures by step, the best
+    averaging    the mean of the last K checkpoints' params (paper 6.1), or of the best K
+                 by validation, written as a params-only checkpoint that restore_params
+                 reads
 
 A foundation: it imports nothing of jformer above jformer.config and jformer.types.
 Reading a whole run for inference (config, tokenizer and params together) needs the

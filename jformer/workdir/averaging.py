@@ -3,10 +3,14 @@
 ``average_checkpoints(checkpoint_dir, K, out)`` writes the float32 mean of the newest K
 checkpoints' parameters as a params-only checkpoint that
 :func:`jformer.workdir.checkpoint.restore_params` (and so the Translator) reads.
+``average_best_checkpoints(workdir, K, out, metric)`` averages instead the K checkpoints
+of best validation BLEU (or loss) that ``<workdir>/metrics.jsonl`` records: with a time
+budget, the newest checkpoints of a fast machine may be past the best ones.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -15,11 +19,26 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jformer.config.train import SELECTION_METRICS
+from jformer.workdir import files
 from jformer.workdir.checkpoint import (AVERAGED_ITEM, PARAMS_KEY, STATE_ITEM, listed,
                                 read_only_manager, tree_differences, restore_params)
+from jformer.workdir.metrics import (METRIC_NAMES, best_steps, read_metrics,
+                                     validation_scores)
 from jformer.types import PyTree
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """What ``average_best_checkpoints`` averaged: ``steps`` (ascending) and their
+    validation ``values``; ``skipped``: validated steps whose checkpoint is gone."""
+
+    metric: str
+    steps: list[int]
+    values: list[float]
+    skipped: list[int]
 
 
 def average_checkpoints(directory: str | os.PathLike, last_k: int,
@@ -39,17 +58,77 @@ def average_checkpoints(directory: str | os.PathLike, last_k: int,
         than `last_k` checkpoints exist, a checkpoint is damaged, or the checkpoints'
         params differ in structure or shape.
     """
-    if not isinstance(last_k, int) or last_k < 1:
-        raise ValueError(f"last_k must be a positive int; got {last_k!r}")
+    _check_k("last_k", last_k)
     directory = os.path.abspath(os.fspath(directory))
     output_dir = os.path.abspath(os.fspath(output_dir))
     _check_new_output_dir(output_dir)  # before the reads, not after
-    with contextlib.closing(read_only_manager(directory)) as manager:
-        steps = sorted(manager.all_steps())
+    steps = _saved_steps(directory)
     if len(steps) < last_k:
         raise ValueError(f"average_checkpoints asked for the last {last_k} checkpoints but "
                          f"{directory} holds {len(steps)}: steps {steps}")
     steps = steps[-last_k:]
+    _average(directory, steps, output_dir, {"steps": steps, "source": directory})
+    return steps
+
+
+def average_best_checkpoints(workdir: str | os.PathLike, best_k: int,
+                             output_dir: str | os.PathLike, metric: str = "bleu") -> Selection:
+    """Averages the params of the `best_k` checkpoints of `workdir` with the best
+    validation `metric` ("bleu": highest; "loss": lowest; of equal figures the later
+    step), as recorded by the "eval" and "final" rows of ``<workdir>/metrics.jsonl``.
+
+    Only steps with both a checkpoint and a validation record count; validated steps whose
+    checkpoint is gone are skipped (logged, and listed in the result). The output is
+    written as by :func:`average_checkpoints`, and its ``averaged`` item also records
+    ``"selection": {"metric", "values"}`` (values in the order of "steps").
+
+    Raises:
+      ValueError: as average_checkpoints; a validation record lacks `metric`; fewer than
+        `best_k` checkpoints have a validation record (names the steps on each side).
+      FileNotFoundError: no metrics.jsonl or no checkpoints folder in `workdir`.
+    """
+    _check_k("best_k", best_k)
+    if metric not in SELECTION_METRICS:
+        raise ValueError(f"metric must be one of {tuple(SELECTION_METRICS)}; got {metric!r}")
+    workdir = os.path.abspath(os.fspath(workdir))
+    output_dir = os.path.abspath(os.fspath(output_dir))
+    _check_new_output_dir(output_dir)
+    scores = validation_scores(read_metrics(workdir), metric,
+                               os.path.join(workdir, files.METRICS_FILENAME))
+    directory = files.checkpoint_dir(workdir)
+    saved = _saved_steps(directory)
+    usable = {step: value for step, value in scores.items() if step in saved}
+    skipped = sorted(set(scores) - set(saved))
+    if skipped:
+        logger.info("validated steps without a checkpoint, skipped: %s", skipped)
+    if len(usable) < best_k:
+        raise ValueError(
+            f"asked for the best {best_k} checkpoints by validation {METRIC_NAMES[metric]} "
+            f"but {workdir} has {len(usable)} checkpoints with a validation record: steps "
+            f"{sorted(usable)} (validation records without a checkpoint: steps {skipped}; "
+            f"checkpoints without a validation record: steps "
+            f"{sorted(set(saved) - set(scores))}); train with train.keep_best={best_k} to "
+            f"keep them, or average the newest with --last")
+    steps = sorted(best_steps(usable, best_k, metric))
+    values = [usable[step] for step in steps]
+    _average(directory, steps, output_dir, {"steps": steps, "source": directory,
+                                            "selection": {"metric": metric, "values": values}})
+    return Selection(metric, steps, values, skipped)
+
+
+def _check_k(name: str, k: int) -> None:
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"{name} must be a positive int; got {k!r}")
+
+
+def _saved_steps(directory: str) -> list[int]:
+    with contextlib.closing(read_only_manager(directory)) as manager:
+        return sorted(manager.all_steps())
+
+
+def _average(directory: str, steps: list[int], output_dir: str, info: dict[str, Any]) -> None:
+    """Writes the float32 mean of the params of `steps` (cast back to each parameter's
+    dtype) to `output_dir`, with `info` as its ``averaged`` item."""
     sum_tree, dtypes = None, None
     for step in steps:  # One checkpoint in memory at a time, plus the float32 sum.
         params = restore_params(directory, step)
@@ -64,12 +143,10 @@ def average_checkpoints(directory: str | os.PathLike, last_k: int,
             raise ValueError(f"cannot average the params of {directory}: step {step} differs "
                              f"from step {steps[0]}: {listed(problems)}")
         sum_tree = jax.tree.map(lambda s, x: s + x.astype(np.float32), sum_tree, params)
-    mean_tree = jax.tree.map(lambda s, dt: (s / np.float32(last_k)).astype(dt),
+    mean_tree = jax.tree.map(lambda s, dt: (s / np.float32(len(steps))).astype(dt),
                              sum_tree, dtypes)
-    _write_params_checkpoint(output_dir, steps[-1], mean_tree,
-                             {"steps": steps, "source": directory})
+    _write_params_checkpoint(output_dir, steps[-1], mean_tree, info)
     logger.info("averaged params of steps %s from %s into %s", steps, directory, output_dir)
-    return steps
 
 
 def _write_params_checkpoint(output_dir: str, step: int, params: PyTree,

@@ -19,6 +19,12 @@ reads only the parameter arrays (OCDBT indexes every array by its own key), need
 the optimizer state's structure nor the training mesh, and avoids the extra third of disk
 space and write time that a duplicate ``params`` item would add to params + Adam moments.
 
+Which steps stay: the newest ``keep``, and with ``keep_best`` also the ``keep_best`` of best
+validation score (orbax's ``preservation_policy``: any step that either rule keeps stays;
+the newest is always among them, for resuming). The scores are the figures of
+``<workdir>/metrics.jsonl`` (handed in when the Checkpointer opens, and with each save),
+so the steps kept are the ones ``jformer average-checkpoints --best`` picks.
+
 Averaged checkpoints (:mod:`jformer.workdir.averaging`) hold only ``{"params": ...}``
 in their state item; ``restore_params`` reads them like any other.
 
@@ -28,6 +34,7 @@ runs whose hosts hold different iterator states need per-host data items.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import operator
@@ -42,6 +49,7 @@ import orbax.checkpoint as ocp
 
 
 from jformer.types import PyTree
+from jformer.workdir.metrics import best_steps
 
 logger = logging.getLogger(__name__)
 
@@ -66,16 +74,27 @@ class Checkpointer:
     """
 
     def __init__(self, directory: str | os.PathLike, *, keep: int, save_every: int,
-                 async_save: bool = True):
-        """Opens (creating if needed) `directory`; keeps the newest `keep` checkpoints."""
+                 async_save: bool = True, keep_best: int = 0, best_metric: str = "bleu",
+                 scores: Mapping[int, float] | None = None):
+        """Opens (creating if needed) `directory`; keeps the newest `keep` checkpoints and,
+        with `keep_best`, the `keep_best` of best `best_metric` ("bleu": highest, "loss":
+        lowest; ties: the later step) among those with a score: `scores` (step -> figure,
+        from earlier validations) and the `score` of each `save`."""
         for name, value in (("keep", keep), ("save_every", save_every)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int; got {value!r}")
+        if not isinstance(keep_best, int) or keep_best < 0:
+            raise ValueError(f"keep_best must be an int >= 0; got {keep_best!r}")
         self.directory = os.path.abspath(os.fspath(directory))
         self.save_every = save_every
+        self._scores = {int(s): float(v) for s, v in (scores or {}).items()}
         _remove_unfinished_saves(self.directory)
+        policies = ocp.checkpoint_managers
+        retention = (dict(preservation_policy=policies.AnyPreservationPolicy([
+            policies.LatestN(keep), _BestScored(keep_best, best_metric, self._scores)]))
+            if keep_best else dict(max_to_keep=keep))
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
+            **retention,
             enable_async_checkpointing=async_save,
             # Not orbax's `cleanup_tmp_directories`: it cleans up in a background future
             # that close() does not await, so a short-lived Checkpointer logs errors at
@@ -91,12 +110,13 @@ class Checkpointer:
         )
 
     def save(self, step: int, state: PyTree, data_state: Mapping[str, Any], *,
-             force: bool = False) -> bool:
+             force: bool = False, score: float | None = None) -> bool:
         """Saves `state` (any pytree of arrays) and `data_state` (a JSON-serialisable dict).
 
         Saves only when ``step % save_every == 0`` or `force` (e.g. the final step), and
         never twice for one step. With async saving this returns once the arrays are
         copied to host memory; the write finishes in the background (see `wait`).
+        `score`: this step's validation figure, which `keep_best` ranks it by.
 
         Returns:
           whether a checkpoint was started.
@@ -114,6 +134,8 @@ class Checkpointer:
             json.dumps(dict(data_state))
         except TypeError as e:
             raise ValueError(f"data_state must be JSON-serialisable: {e}") from e
+        if score is not None:
+            self._scores[step] = float(score)
         if not force and step % self.save_every:
             return False
         if step in self._manager.all_steps():
@@ -178,6 +200,21 @@ class Checkpointer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+@dataclasses.dataclass
+class _BestScored:
+    """An orbax PreservationPolicy: keeps the `n` steps of best score (best_steps' order)
+    among those that have one in `scores`; a step without a score is left to the others."""
+
+    n: int
+    metric: str
+    scores: Mapping[int, float]
+
+    def should_preserve(self, checkpoints, *, context) -> list[bool]:
+        scored = {c.step: self.scores[c.step] for c in checkpoints if c.step in self.scores}
+        best = set(best_steps(scored, self.n, self.metric))
+        return [c.step in best for c in checkpoints]
 
 
 def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyTree:

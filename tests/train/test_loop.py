@@ -4,7 +4,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import signal
 import struct
 import threading
@@ -23,7 +22,7 @@ from jformer.train import config_checks, loop, run_control
 from jformer.workdir import files
 from jformer.workdir.checkpoint import Checkpointer, restore_params
 from jformer.workdir.files import checkpoint_dir
-from tests.train_helpers import tiny_config
+from tests.train_helpers import tiny_config, workdir_with_vocab
 
 
 def leaves(tree):
@@ -38,21 +37,6 @@ def assert_trees_equal(a, b):
     assert len(la) == len(lb) > 0
     for x, y in zip(la, lb):
         np.testing.assert_array_equal(x, y)
-
-
-@pytest.fixture(scope="module")
-def shared_vocab(tmp_path_factory):
-    """Train the sentencepiece model once; every run copies it into its workdir."""
-    work = tmp_path_factory.mktemp("vocab")
-    train_lib.build_job(tiny_config(), str(work))
-    return str(work / "spm.model")
-
-
-def workdir_with_vocab(tmp_path, name, vocab):
-    w = tmp_path / name
-    w.mkdir()
-    shutil.copy(vocab, w / "spm.model")
-    return str(w)
 
 
 def test_a_run_resumed_after_two_steps_equals_four_steps_at_once(tmp_path, shared_vocab):
