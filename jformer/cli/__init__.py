@@ -2,6 +2,7 @@
 
     jformer translate --workdir runs/demo [--checkpoint DIR] [--beam 4] [--devices N] < in > out
     jformer evaluate --workdir runs/demo --src test.en --ref test.de [--hyp-out FILE]
+    jformer score --workdir runs/demo --src test.en --tgt test.de [--jsonl]   (forced decoding)
     jformer attention --workdir runs/demo "A sentence." [--out DIR]
     jformer average-checkpoints --workdir runs/demo --last 5 | --best 5 [--metric loss] --out DIR
     jformer curves runs/a [label=runs/b ...] --out curves.png
@@ -30,7 +31,7 @@ import sys
 from typing import Sequence
 
 EXIT_ERROR = 1
-SUBCOMMANDS = ("translate", "evaluate", "attention", "figures", "average", "curves",
+SUBCOMMANDS = ("translate", "evaluate", "score", "attention", "figures", "average", "curves",
                "memory", "serve", "export", "import_marian", "predict")
 
 

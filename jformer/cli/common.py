@@ -108,9 +108,12 @@ def search_kwargs(args: argparse.Namespace) -> dict:
     if not 0 <= args.seed < JAX_SEED_LIMIT:
         raise ValueError(f"--seed must be an int in [0, 2**32) (a larger one would repeat a "
                          f"smaller one's samples); got {args.seed}")
-    return dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
-                max_len=args.max_len, method=args.method, temperature=args.temperature,
-                top_k=args.top_k, rng=jax.random.key(args.seed))
+    kwargs = dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
+                  max_len=args.max_len, method=args.method, temperature=args.temperature,
+                  top_k=args.top_k, rng=jax.random.key(args.seed))
+    if getattr(args, "prefix_bias_beta", None) is not None:
+        kwargs["prefix_bias_beta"] = args.prefix_bias_beta
+    return kwargs
 
 
 # One sub-subcommand per format: (name, help, add_arguments(parser), run(args)).
@@ -130,3 +133,19 @@ def add_formats(p: argparse.ArgumentParser, formats: tuple[Format, ...]) -> None
 
 def run_format(args: argparse.Namespace) -> None:
     args.format_run(args)
+
+
+def read_parallel(args: argparse.Namespace, first: str, second: str) -> tuple[list[str], list[str]]:
+    """The lines of two parallel files, the flags ``--<first>`` and ``--<second>``; a
+    ValueError names both files when their line counts differ or they are empty."""
+    from jformer.workdir.files import read_lines
+
+    a_path, b_path = getattr(args, first), getattr(args, second)
+    a, b = read_lines(a_path), read_lines(b_path)
+    if len(a) != len(b):
+        raise ValueError(f"--{first} {a_path} has {len(a)} lines but --{second} {b_path} "
+                         f"has {len(b)}")
+    if not a:
+        raise ValueError(f"--{first} {a_path} and --{second} {b_path} are empty: nothing "
+                         f"to score")
+    return a, b

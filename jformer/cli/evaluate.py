@@ -11,7 +11,7 @@ import os
 import sys
 
 from jformer.cli.common import (add_compile_cache_arg, add_model_args, add_search_args,
-                                load_translator, search_kwargs)
+                                load_translator, read_parallel, search_kwargs)
 from jformer.cli.translate import DEFAULT_CHUNK_LINES, translate_stream
 
 NAME = "evaluate"
@@ -38,14 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from sacrebleu.metrics import BLEU, CHRF
 
-    from jformer.workdir.files import read_lines
-
-    sources, refs = read_lines(args.src), read_lines(args.ref)
-    if len(sources) != len(refs):
-        raise ValueError(f"--src {args.src} has {len(sources)} lines but --ref {args.ref} "
-                         f"has {len(refs)}")
-    if not sources:
-        raise ValueError(f"--src {args.src} and --ref {args.ref} are empty: nothing to score")
+    sources, refs = read_parallel(args, "src", "ref")
     tokenize = lang = None
     if args.paper_bleu:  # before translating: a missing extra fails at once
         from jformer.inference import paper_bleu

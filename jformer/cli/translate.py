@@ -28,6 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the N best beam hypotheses per line, best first, in Moses "
                         "n-best format: 'ID ||| translation ||| score' (ID: 0-based input "
                         "line; score: log-prob / length penalty)")
+    p.add_argument("--target-prefix", default=None, metavar="FILE",
+                   help="a line per input line: text its translation must begin with "
+                        "(an empty line: none)")
+    p.add_argument("--prefix-bias-beta", type=float, default=None, metavar="BETA",
+                   help="with --target-prefix: only bias the search towards the prefixes, "
+                        "by BETA in (0, 1), instead of forcing them")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -44,7 +50,19 @@ def run(args: argparse.Namespace) -> None:
         stack.callback(_release, out, sys.stdout)
         name = "stdin" if args.input == "-" else args.input
         translate_stream(translator, line_batches(src, name, args.chunk_lines), out,
-                          search_kwargs(args), args.quiet, name, args.n_best)
+                          search_kwargs(args), args.quiet, name, args.n_best,
+                          prefix_lines(args))
+
+
+def prefix_lines(args: argparse.Namespace) -> tuple[str, list[str]] | None:
+    """(--target-prefix's path, its lines), or None; --prefix-bias-beta needs it."""
+    if args.target_prefix is None:
+        if args.prefix_bias_beta is not None:
+            raise ValueError("--prefix-bias-beta needs --target-prefix FILE")
+        return None
+    from jformer.workdir.files import read_lines
+
+    return args.target_prefix, read_lines(args.target_prefix)
 
 
 def _one_line(text: str) -> str:
@@ -53,7 +71,8 @@ def _one_line(text: str) -> str:
 
 
 def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwargs: dict,
-                      quiet: bool, name: str, n_best: int = 1) -> list[str]:
+                      quiet: bool, name: str, n_best: int = 1,
+                      prefixes: tuple[str, list[str]] | None = None) -> list[str]:
     """Translates ``chunks`` (lists of lines) in order, writing and flushing each one;
     returns the best translation of every line. ``n_best`` > 1 writes that many
     hypotheses per line in Moses n-best format instead of one line per line.
@@ -61,11 +80,14 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
     Line i (0-based, over all chunks) samples with ``fold_in(rng, i)``, as it would in
     one ``translate`` call of the whole input: samples do not depend on how the input
     arrives in chunks. An overlong line's error, or its truncation warning, names
-    ``name`` (the input) and the line number."""
+    ``name`` (the input) and the line number. ``prefixes``: (a file's name, its lines),
+    the target prefix of each input line (``kwargs`` may hold ``prefix_bias_beta``); it
+    must have exactly one line per input line."""
     from tqdm import tqdm
 
     from jformer.search import row_keys
     from jformer.inference import OverlongError, OverlongWarning
+    from jformer.inference.prefixes import PrefixTooLong
 
     if n_best > 1:
         kwargs = dict(kwargs, n_best=n_best, return_scores=True)
@@ -76,12 +98,18 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
             first_line = len(hyps) + 1
             chunk_kwargs = dict(kwargs, rng=row_keys(kwargs["rng"], len(chunk),
                                                      first=first_line - 1))
+            if prefixes is not None:
+                chunk_kwargs["target_prefix"] = _chunk_prefixes(prefixes, name, first_line,
+                                                                len(chunk))
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", OverlongWarning)
                     results = translator.translate(chunk, **chunk_kwargs)
             except OverlongError as e:
                 raise ValueError(f"{name} line {first_line + e.index}: {e.detail}") from e
+            except PrefixTooLong as e:
+                raise ValueError(f"{prefixes[0]} line {first_line + e.index}: the prefix "
+                                 f"{e.detail}") from e
             for w in caught:  # the chunk's positions as the input's line numbers
                 if isinstance(w.message, OverlongWarning):
                     bar.write(f"warning: {name} line {first_line + w.message.index}: "
@@ -98,7 +126,19 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
                 hyps.append(result)
             out.flush()
             bar.update(len(chunk))
+    if prefixes is not None and len(prefixes[1]) != len(hyps):
+        raise ValueError(f"--target-prefix {prefixes[0]} has {len(prefixes[1])} lines but "
+                         f"{name} has {len(hyps)}")
     return hyps
+
+
+def _chunk_prefixes(prefixes: tuple[str, list[str]], name: str, first_line: int,
+                    count: int) -> list[str]:
+    path, lines = prefixes
+    if len(lines) < first_line - 1 + count:
+        raise ValueError(f"--target-prefix {path} has {len(lines)} lines but {name} has "
+                         f"more (line {first_line - 1 + count} at least)")
+    return lines[first_line - 1:first_line - 1 + count]
 
 
 def open_out(path: str) -> TextIO:

@@ -41,6 +41,8 @@ class SearchSpec:
     chunk_size: int = 8
     n_best: int = 1  # beam: stop a row once this many finished ones can't be beaten
     eos_candidates: str = "all"  # beam: which of the 2W candidates may finish (all | top_w)
+    prefix_len: int = 0  # target prefixes: their padded length P (0: none)
+    prefix_bias: bool = False  # soft prefixes (prefix_beta), not forced ones
 
 
 def trace_count() -> int:
@@ -52,6 +54,13 @@ def prepare(model: Transformer, params: PyTree) -> PyTree:
     """What the model's decode steps read besides its params, computed once per model
     (``Ops.cache.prepare``: e.g. weights in another layout); a program's ``prepared``."""
     return model.ops.cache.prepare(model, params)
+
+
+def banned_outputs(cfg: ModelConfig) -> Array:
+    """bool [V]: the ids no search generates, PAD and BOS; their logits are NEG_INF
+    before the softmax (in the searches, and in forced decoding's scores)."""
+    vocab_V = jnp.arange(cfg.vocab_size)
+    return (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
 
 
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
@@ -75,7 +84,7 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
     cfg = model.cfg
     prepared = {} if prepared is None else prepared
     vocab_V = jnp.arange(cfg.vocab_size)
-    banned_V = (vocab_V == cfg.pad_id) | (vocab_V == cfg.bos_id)
+    banned_V = banned_outputs(cfg)
     forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
 
     def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
@@ -116,7 +125,8 @@ DECODE_COMPILER_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
 
 def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: Array,
                    rng: Array, alpha: jax.typing.ArrayLike = 0.0,
-                   temperature: jax.typing.ArrayLike = 1.0, *, model_cfg: ModelConfig,
+                   temperature: jax.typing.ArrayLike = 1.0, prefix_BP: Array | None = None,
+                   prefix_beta: jax.typing.ArrayLike = 0.0, *, model_cfg: ModelConfig,
                    ops: Ops, spec: SearchSpec) -> search.DecodeResult:
     """Encode + init cache + search for one batch, as one compiled program.
 
@@ -129,6 +139,9 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
         key gives row b ``fold_in(rng, b)``, see :func:`search.row_keys`).
       alpha: beam search's length-penalty exponent (>= 0, checked by the caller).
       temperature: sampling's temperature (> 0, checked by the caller).
+      prefix_BP: int32 [batch, spec.prefix_len] target prefixes, -1 past each row's
+        (:mod:`jformer.search.prefix`); read only when spec.prefix_len > 0.
+      prefix_beta: the soft prefixes' bias in (0, 1), with spec.prefix_bias.
       model_cfg, ops: the model and the set of pieces it runs with (static).
     Returns:
       DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
@@ -144,6 +157,9 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
     ids = dict(bos_id=model_cfg.start_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
     common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
                   chunk_size=spec.chunk_size, min_len=spec.min_len, **ids)
+    if spec.prefix_len:
+        common["constrain"] = search.prefix_constraint(
+            prefix_BP, prefix_beta if spec.prefix_bias else None)
     if beam:
         return search.beam_search(step_fn, state, beam_size=spec.beam_size, alpha=alpha,
                                   reorder=ops.cache.reorder, n_best=spec.n_best,
@@ -169,7 +185,9 @@ decode_batch = jax.jit(decode_program, static_argnames=("model_cfg", "ops", "spe
                    compiler_options=DECODE_COMPILER_OPTIONS)
 def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
                           valid_B: Array, rng: Array, alpha: jax.typing.ArrayLike = 0.0,
-                          temperature: jax.typing.ArrayLike = 1.0, *, model_cfg: ModelConfig,
+                          temperature: jax.typing.ArrayLike = 1.0,
+                          prefix_BP: Array | None = None,
+                          prefix_beta: jax.typing.ArrayLike = 0.0, *, model_cfg: ModelConfig,
                           ops: Ops, spec: SearchSpec,
                           mesh: jax.sharding.Mesh) -> search.DecodeResult:
     """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
@@ -180,14 +198,19 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
     products may differ; each row samples with its own key of ``rng``, so sampling
     gives what one device gives, too). ``num_steps`` is the largest over the devices.
     """
-    def local(p, w, x, v, r, a, t):
-        out = decode_program(p, w, x, v, r, a, t, model_cfg=model_cfg, ops=ops, spec=spec)
+    def local(p, w, x, v, r, a, t, f, b):
+        out = decode_program(p, w, x, v, r, a, t, f, b, model_cfg=model_cfg, ops=ops,
+                             spec=spec)
         return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
 
     rows = P(AXIS)
     keys_B = search.row_keys(rng, inputs_BS.shape[0])
-    out = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), rows, rows, rows, P(), P()),
+    if prefix_BP is None:
+        prefix_BP = jnp.full((inputs_BS.shape[0], spec.prefix_len), -1, jnp.int32)
+    out = jax.shard_map(local, mesh=mesh,
+                        in_specs=(P(), P(), rows, rows, rows, P(), P(), rows, P()),
                         out_specs=search.DecodeResult(rows, rows, rows, rows, rows),
                         check_vma=False)(params, prepared, inputs_BS, valid_B, keys_B,
-                                         jnp.float32(alpha), jnp.float32(temperature))
+                                         jnp.float32(alpha), jnp.float32(temperature),
+                                         prefix_BP, jnp.float32(prefix_beta))
     return out._replace(num_steps=out.num_steps.max())

@@ -94,6 +94,21 @@ def rows_that_fit(limit: int, model_cfg: ModelConfig, beam: int, max_len: int,
     return int(limit // cache_bytes(model_cfg, 1, beam, max_len, dtype, src_len))
 
 
+def rows_within_limit(limit: int, setting: str, model_cfg: ModelConfig, beam: int,
+                      max_len: int, src_len: int) -> int:
+    """:func:`rows_that_fit`, at least 1: a ValueError naming ``setting`` (the limit as
+    the user gave it) says what one row needs when none fits."""
+    fit = rows_that_fit(limit, model_cfg, beam, max_len, src_len)
+    if fit < 1:
+        one = cache_bytes(model_cfg, 1, beam, max_len, src_len=src_len)
+        raise ValueError(
+            f"{setting} ({limit} bytes) cannot hold the cache of one row: {one} bytes "
+            f"({format_bytes(one)}) at beam {beam}, {max_len} output positions and source "
+            f"bucket {src_len}; raise the limit, or lower the beam size or the output "
+            f"length (max_len, decode.max_len_a/b)")
+    return fit
+
+
 @functools.cache
 def param_count(model_cfg: ModelConfig) -> int:
     """Parameters of the model (shapes only: nothing is initialised)."""

@@ -38,6 +38,7 @@ class SearchSettings:
     max_len: int | None = None
     temperature: float = 1.0
     top_k: int = 0
+    prefix_bias_beta: float | None = None  # target prefixes: None forces them
 
     @classmethod
     def normalized(cls, method: str, *, beam_size: int, alpha: float, n_best: int,
@@ -99,6 +100,8 @@ class SearchSettings:
             kwargs.update(beam_size=self.beam_size, alpha=self.alpha, n_best=self.n_best)
         elif self.method == "sample":
             kwargs.update(temperature=self.temperature, top_k=self.top_k)
+        if self.prefix_bias_beta is not None:
+            kwargs.update(prefix_bias_beta=self.prefix_bias_beta)
         return kwargs
 
 

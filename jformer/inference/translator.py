@@ -13,9 +13,10 @@ the rows of a batch so its cache fits (:mod:`.memory`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import warnings
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -28,46 +29,19 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, prepare)
 from jformer.inference import compile_cache as xla_cache
-from jformer.inference import memory, segment
+from jformer.inference import forced, memory, prefixes, segment
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
-from jformer.inference.keys import key_source, source_keys
+from jformer.inference.keys import key_source
 from jformer.inference.precision import for_decoding
 from jformer.inference.restore import check_params, load_workdir
 from jformer.inference.settings import SearchSettings, check_positive_int
+from jformer.inference.sources import Pieces, Sources
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
                                        join_hypotheses)
 from jformer.mesh import make_mesh
 from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.types import Array, PyTree
-
-Pieces = tuple[list[np.ndarray | None], segment.Segmentation | None]
-
-
-class Sources(NamedTuple):
-    """Every piece of every sentence, one source each (pieces share batches)."""
-
-    ids: list[np.ndarray | None]  # EOS-terminated ids (None: nothing to decode)
-    owner: np.ndarray  # int32 [N]: the sentence a source belongs to
-    piece: np.ndarray  # int32 [N]: its piece number in that sentence
-    split: np.ndarray  # bool [N]: whether its sentence was split
-
-    @classmethod
-    def of(cls, encoded: list[Pieces]) -> "Sources":
-        return cls([ids for pieces, _ in encoded for ids in pieces],
-                   np.array([i for i, (p, _) in enumerate(encoded) for _ in p], np.int32),
-                   np.array([j for p, _ in encoded for j in range(len(p))], np.int32),
-                   np.array([seg is not None for p, seg in encoded for _ in p], bool))
-
-    def batch_keys(self, idx: list[int], rows: int, key_data: np.ndarray,
-                   fold_first: bool) -> Array:
-        """The sampling keys of a batch of ``rows`` rows holding sources ``idx``; padding
-        rows reuse a real row's key (their samples are discarded)."""
-        at = np.pad(np.asarray(idx), (0, rows - len(idx)), mode="edge")
-        data = key_data[np.zeros(rows, np.int32) if fold_first else self.owner[at]]
-        return source_keys(data, self.owner[at], self.piece[at], self.split[at],
-                           fold_first=fold_first)
-
 
 class Translator:
     """Translates sentences with a Transformer, its params and its tokenizer.
@@ -223,15 +197,9 @@ class Translator:
         limit = self.decode_cfg.memory_limit_bytes
         if not limit:
             return batch_size
-        fit = memory.rows_that_fit(limit, self.model_cfg, beam, spec.max_len, bucket)
-        if fit < 1:
-            one = memory.cache_bytes(self.model_cfg, 1, beam, spec.max_len, src_len=bucket)
-            raise ValueError(
-                f"decode.memory_limit={self.decode_cfg.memory_limit!r} ({limit} bytes) "
-                f"cannot hold the cache of one row: {one} bytes ({memory.format_bytes(one)}) "
-                f"at beam {beam}, {spec.max_len} output positions and source bucket "
-                f"{bucket}; raise the limit, or lower the beam size or the output length "
-                f"(max_len, decode.max_len_a/b)")
+        fit = memory.rows_within_limit(limit, f"decode.memory_limit="
+                                       f"{self.decode_cfg.memory_limit!r}", self.model_cfg,
+                                       beam, spec.max_len, bucket)
         return min(batch_size, fit * devices)
 
     # ------------------------------------------------------------------ translation
@@ -239,15 +207,15 @@ class Translator:
                   alpha: float | None = None, max_len: int | None = None, n_best: int = 1,
                   return_scores: bool = False, method: str = "beam",
                   temperature: float | None = None, top_k: int | None = None,
-                  rng: Array | None = None, batch_size: int | None = None) -> list:
+                  rng: Array | None = None, batch_size: int | None = None,
+                  target_prefix: Sequence[str | None] | None = None,
+                  prefix_bias_beta: float | None = None) -> list:
         """Translates ``sentences``; results come back in input order.
 
         Args:
           sentences: source strings; an empty (or blank) one gives "" without decoding.
           beam_size, alpha: beam width and length-penalty exponent (default: decode_cfg).
-            beam_size 1 runs greedy search: a width-1 beam IS greedy, but the
-            alive/finished beam formulation would keep a hypothesis alive after the best
-            token was EOS and could return a longer, better-penalised one.
+            beam_size 1 runs greedy search (:class:`SearchSettings` says why).
           max_len: max output tokens, EOS included (default: the bucket's a * len + b
             rule); more than model.max_len is capped there, with a warning.
           n_best: hypotheses per sentence (beam search: <= beam_size; else 1). Beam
@@ -265,6 +233,12 @@ class Translator:
           batch_size: the most rows per compiled batch (default: decode_cfg.batch_size);
             a batch with fewer sentences runs on fewer rows (:func:`padded_rows`), and
             decode.memory_limit may cut it further so the cache fits.
+          target_prefix: per sentence, text its translation must begin with (None or ""
+            for none), in the target vocabulary; every method keeps it, and the
+            prefix's log-probability counts in the score (:mod:`jformer.search.prefix`).
+            A split sentence's prefix goes to its first piece.
+          prefix_bias_beta: None forces the prefixes; a float in (0, 1) only biases the
+            search towards them (CTranslate2's ``prefix_bias_beta``).
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
           (an empty input gives a one-element list).
@@ -289,10 +263,33 @@ class Translator:
             warnings.warn(f"max_len={max_len} is more than the model's positions "
                           f"(model.max_len={self.model_cfg.max_len}); outputs are capped "
                           f"at {self.model_cfg.max_len} tokens", stacklevel=2)
+        beta = prefixes.check_beta(prefix_bias_beta)
+        wanted = prefixes.encode_prefixes(self.tokenizer, target_prefix, len(sentences))
         encoded = self._encode(sentences, self.decode_cfg.overlong)
         sources = Sources.of(encoded)
-        hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first)
+        first = [wanted[o] if j == 0 else None for o, j in zip(sources.owner, sources.piece)]
+        for i, ids in enumerate(sources.ids):  # an empty source with a prefix: decode it
+            if ids is None and first[i] is not None:
+                sources.ids[i] = np.array([self.model_cfg.eos_id], np.int32)
+        hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first,
+                                    first, beta)
         return self._results(encoded, hyps, settings.n_best, return_scores)
+
+    def score(self, sources: Sequence[str], targets: Sequence[str],
+              alpha: float | None = None,
+              batch_size: int | None = None) -> list[forced.TargetScore]:
+        """Forced decoding (:mod:`.forced`): how likely the model finds each given
+        translation. Per pair, in input order, a :class:`forced.TargetScore`: the
+        target's ids (EOS included), their log-probabilities, their sum (``total``),
+        mean (``mean``, a confidence) and ``score``, the sum under beam search's length
+        penalty ``alpha`` (default decode.alpha). A side over model.max_len tokens is
+        an error naming it."""
+        settings = SearchSettings.of(self.decode_cfg, alpha=alpha)
+        src_ids, tgt_ids = forced.encode_pairs(self.tokenizer, sources, targets,
+                                               self.model_cfg.max_len)
+        return forced.score_ids(self.model_cfg, self.ops, self.params, src_ids, tgt_ids,
+                                self.buckets, self._batch_size(batch_size),
+                                settings.penalty_alpha)
 
     def _batch_size(self, batch_size: int | None) -> int:
         """``batch_size`` (default: decode.batch_size), checked against the devices."""
@@ -304,10 +301,13 @@ class Translator:
         return batch_size
 
     def _decode_sources(self, sources: "Sources", settings: SearchSettings, batch_size: int,
-                        key_data: np.ndarray, fold_first: bool) -> list[list[Hypothesis]]:
+                        key_data: np.ndarray, fold_first: bool,
+                        prefix_ids: list[np.ndarray | None],
+                        beta: float | None) -> list[list[Hypothesis]]:
         """The hypotheses of every source (an empty one: one empty hypothesis), decoded
-        bucket by bucket in batches of at most ``batch_size`` sentences."""
-        specs = {bucket: settings.spec(self._output_len(bucket, settings.max_len),
+        bucket by bucket in batches of at most ``batch_size`` sentences; ``prefix_ids``:
+        each source's target prefix (None: none), forced or, with ``beta``, biased."""
+        specs = {bucket: settings.spec(self.output_positions(bucket, settings.max_len),
                                        self.chunk_size, self.decode_cfg.eos_candidates)
                  for bucket in self.buckets}
         caps: dict[int, int] = {}
@@ -323,14 +323,19 @@ class Translator:
         for bucket, idx in self._plan(sources.ids, rows_for):
             rows = padded_rows(len(idx), caps[bucket], devices)
             keys = sources.batch_keys(idx, rows, key_data, fold_first)
-            decoded = self._decode([sources.ids[i] for i in idx], bucket, rows, specs[bucket],
+            batch_prefix = [prefix_ids[i] for i in idx]
+            prefixes.check_fits(batch_prefix, sources.owner[idx], specs[bucket].max_len)
+            prefix_BP = prefixes.batch_prefixes(batch_prefix, rows)
+            spec = specs[bucket] if prefix_BP is None else dataclasses.replace(
+                specs[bucket], prefix_len=prefix_BP.shape[1], prefix_bias=beta is not None)
+            decoded = self._decode([sources.ids[i] for i in idx], bucket, rows, spec,
                                    keys, settings.penalty_alpha, settings.temperature,
-                                   settings.n_best)
+                                   settings.n_best, prefix_BP, beta or 0.0)
             for i, h in zip(idx, decoded):
                 hyps[i] = h
         return hyps
 
-    def _output_len(self, bucket: int, max_len: int | None) -> int:
+    def output_positions(self, bucket: int, max_len: int | None) -> int:
         """Output positions for a source bucket: the a * len + b rule, or ``max_len``
         capped at model.max_len."""
         if max_len is None:
@@ -353,8 +358,9 @@ class Translator:
         return [r if n_best > 1 else r[0] for r in results]
 
     def _decode(self, rows: list[np.ndarray], bucket: int, batch_size: int, spec: SearchSpec,
-                rng: Array, alpha: float, temperature: float,
-                n_best: int) -> list[list[Hypothesis]]:
+                rng: Array, alpha: float, temperature: float, n_best: int,
+                prefix_BP: np.ndarray | None = None,
+                beta: float = 0.0) -> list[list[Hypothesis]]:
         """Decodes one batch (rows padded to [batch_size, bucket]); n_best per real row."""
         cfg = self.model_cfg
         inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
@@ -363,7 +369,7 @@ class Translator:
             inputs_BS[r, :len(ids)] = ids
         valid_B = np.arange(batch_size) < len(rows)
         # Traced float32 scalars: another alpha or temperature reuses the compiled search.
-        knobs = (np.float32(alpha), np.float32(temperature))
+        knobs = (np.float32(alpha), np.float32(temperature), prefix_BP, np.float32(beta))
         if self.mesh is None:
             out = decode_batch(self.params, self.prepared, inputs_BS, valid_B, rng, *knobs,
                                model_cfg=cfg, ops=self.ops, spec=spec)

@@ -38,6 +38,7 @@ from jax import lax
 from jformer.config import EOS_CANDIDATES
 from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
                                  check_search_args, chunked_decode_loop, length_penalty)
+from jformer.search.prefix import Constraint
 from jformer.types import PyTree
 
 
@@ -77,11 +78,14 @@ class _BeamCarry(NamedTuple):
 def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder, *,
                max_len: int, alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int,
                min_len: int, n_best: int = 1, candidates: Candidates = top_extensions,
-               eos_candidates: str = "all") -> _BeamCarry:
+               eos_candidates: str = "all", constrain: Constraint | None = None
+               ) -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values."""
     batch, w = c.prev_BW.shape
-    logp_NV, new_state = call_step_fn(step_fn, c.prev_BW.reshape(batch * w), step,
-                                      c.state, eos_id=eos_id, min_len=min_len)
+    logp_NV, new_state = call_step_fn(
+        step_fn, c.prev_BW.reshape(batch * w), step, c.state, eos_id=eos_id,
+        min_len=min_len, constrain=constrain,
+        written_NT=c.alive_BWT.reshape(batch * w, -1))
     vocab = logp_NV.shape[-1]
     if vocab < 2:  # top 2W of W*V candidates
         raise ValueError(f"step_fn's vocab must be >= 2 for beam search; got {vocab}")
@@ -168,7 +172,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                 pad_id: int, chunk_size: int = 8, min_len: int = 0,
                 reorder: Reorder | None = None, n_best: int = 1,
                 candidates: Candidates = top_extensions,
-                eos_candidates: str = "all") -> DecodeResult:
+                eos_candidates: str = "all",
+                constrain: Constraint | None = None) -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
@@ -194,6 +199,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         implementation of :func:`top_extensions`' contract).
       eos_candidates: "all" | "top_w", which of a step's 2W candidates may finish with
         EOS (module docstring).
+      constrain: edits each step's log-probs, given the alive hypotheses' tokens
+        (:mod:`jformer.search.prefix`); None: none.
 
     Returns:
       DecodeResult, each row's hypotheses sorted best first (finished before unfinished):
@@ -234,7 +241,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
                           alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len,
                           n_best=n_best, candidates=candidates,
-                          eos_candidates=eos_candidates)
+                          eos_candidates=eos_candidates, constrain=constrain)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

@@ -123,11 +123,14 @@ def check_search_args(state: PyTree, *, batch_size: int, max_len: int, chunk_siz
 
 
 def call_step_fn(step_fn: StepFn, tokens_N: jax.Array, step: jax.Array, state: PyTree,
-                 *, eos_id: int, min_len: int) -> tuple[jax.Array, PyTree]:
+                 *, eos_id: int, min_len: int, constrain: Callable | None = None,
+                 written_NT: jax.Array | None = None) -> tuple[jax.Array, PyTree]:
     """Runs ``step_fn`` and returns float32 log-probs [N, V] and the new state.
 
     Before ``min_len`` tokens EOS gets log-prob -inf (not renormalised, so scores stay
-    the model's log-probs of the chosen tokens).
+    the model's log-probs of the chosen tokens). ``constrain`` (e.g. a target prefix,
+    :mod:`jformer.search.prefix`) then edits the log-probs, given the step and the
+    tokens each row has written so far, ``written_NT`` [N, T].
     """
     logits_NV, new_state = step_fn(tokens_N, step, state)
     require(jnp.ndim(logits_NV) == 2 and jnp.shape(logits_NV)[0] == tokens_N.shape[0],
@@ -136,6 +139,8 @@ def call_step_fn(step_fn: StepFn, tokens_N: jax.Array, step: jax.Array, state: P
     if min_len > 0:
         eos_logp_N = jnp.where(step < min_len, -jnp.inf, logp_NV[:, eos_id])
         logp_NV = logp_NV.at[:, eos_id].set(eos_logp_N)
+    if constrain is not None:
+        logp_NV = constrain(logp_NV, step, written_NT)
     return logp_NV, new_state
 
 

@@ -14,6 +14,7 @@ from jax import lax
 
 from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_int,
                                  check_knob, check_search_args, chunked_decode_loop, require)
+from jformer.search.prefix import Constraint
 from jformer.types import PyTree
 
 
@@ -30,7 +31,7 @@ Chooser = Callable[[jax.Array, jax.Array], jax.Array]  # (logp_BV, step) -> int3
 
 def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size: int,
                   max_len: int, bos_id: int, eos_id: int, pad_id: int, chunk_size: int,
-                  min_len: int) -> DecodeResult:
+                  min_len: int, constrain: Constraint | None) -> DecodeResult:
     """Shared loop of greedy search and sampling: one token per row per step."""
     chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
                                    chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
@@ -38,7 +39,8 @@ def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size
 
     def body(c: _TokenCarry, step: jax.Array) -> _TokenCarry:
         logp_BV, new_state = call_step_fn(step_fn, c.prev_B, step, c.state,
-                                          eos_id=eos_id, min_len=min_len)
+                                          eos_id=eos_id, min_len=min_len,
+                                          constrain=constrain, written_NT=c.tokens_BT)
         token_B = jnp.where(c.done_B, pad_id, choose(logp_BV, step)).astype(jnp.int32)
         token_logp_B = jnp.take_along_axis(logp_BV, token_B[:, None], axis=1)[:, 0]
         return _TokenCarry(
@@ -64,7 +66,8 @@ def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size
 def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: int,
                   bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
                   min_len: int = 0,
-                  argmax: Callable[[jax.Array], jax.Array] = argmax) -> DecodeResult:
+                  argmax: Callable[[jax.Array], jax.Array] = argmax,
+                  constrain: Constraint | None = None) -> DecodeResult:
     """Greedy decoding: the most likely token at every step (ties: lowest id).
 
     Args:
@@ -75,6 +78,7 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
       chunk_size: decode steps between early-exit checks.
       min_len: EOS is forbidden before output position ``min_len``.
       argmax: logp [B, V] -> int32 [B], the best token (ties: lowest id).
+      constrain: edits each step's log-probs (:mod:`jformer.search.prefix`); None: none.
 
     Returns:
       DecodeResult with tokens [B, max_len], scores [B] (log-prob sums, no length
@@ -83,7 +87,7 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
     return _token_search(step_fn, state, lambda logp_BV, step: argmax(logp_BV),
                          batch_size=batch_size, max_len=max_len, bos_id=bos_id,
                          eos_id=eos_id, pad_id=pad_id, chunk_size=chunk_size,
-                         min_len=min_len)
+                         min_len=min_len, constrain=constrain)
 
 
 def typed_keys(rng: jax.Array, batch_size: int) -> jax.Array:
@@ -118,7 +122,8 @@ def row_keys(rng: jax.Array, batch_size: int, first: int = 0) -> jax.Array:
 def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
            max_len: int, temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0,
            bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
-           min_len: int = 0, best_k: Callable = lax.top_k) -> DecodeResult:
+           min_len: int = 0, best_k: Callable = lax.top_k,
+           constrain: Constraint | None = None) -> DecodeResult:
     """Ancestral sampling from softmax(logits / temperature), optionally top-k filtered.
 
     ``rng``: a key, or one key per row [batch_size] (:func:`row_keys`). Row b draws step
@@ -128,9 +133,8 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
     or a float scalar array (traced: changing it does not recompile; > 0 is then the
     caller's to ensure). ``top_k=0`` samples from the full vocabulary; ``top_k=1`` is
     greedy. Scores are the model's (untempered, unfiltered) log-probs of the sampled
-    tokens. ``best_k``: ``lax.top_k``'s contract, for ``top_k``. Other arguments and the
-    result are as in
-    :func:`greedy_search`.
+    tokens. ``best_k``: ``lax.top_k``'s contract, for ``top_k``. Other arguments
+    (``constrain`` included) and the result are as in :func:`greedy_search`.
     """
     check_knob(temperature, "temperature", strict=True)
     top_k = check_int(top_k, "top_k", 0)
@@ -154,4 +158,4 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
 
     return _token_search(step_fn, state, choose, batch_size=batch_size, max_len=max_len,
                          bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
-                         chunk_size=chunk_size, min_len=min_len)
+                         chunk_size=chunk_size, min_len=min_len, constrain=constrain)

@@ -34,14 +34,14 @@ from fastapi.staticfiles import StaticFiles
 from jformer.inference import Translator
 from jformer.serve import errors, libretranslate
 from jformer.serve.api_keys import ApiKeys
-from jformer.serve.batcher import Stopped
 from jformer.serve.errors import ApiError
 from jformer.serve.limits import ServeLimits
 from jformer.serve.loading import describe
 from jformer.serve.metrics import Metrics
 from jformer.serve.schemas import (AttentionRequest, AttentionResponse, ErrorResponse,
-                                   TranslateRequest, TranslateResponse)
-from jformer.serve.state import Loader, ServerState, time_left
+                                   ScoreRequest, TranslateRequest, TranslateResponse)
+from jformer.serve.scoring import score
+from jformer.serve.state import Loader, ServerState, on_decoder, read_body
 from jformer.serve.state import translate as translate_texts
 from jformer.serve.text import LINE_BREAK, TextError, check_text
 
@@ -105,6 +105,9 @@ def _add_routes(app: FastAPI) -> None:
     app.add_api_route("/v1/translate", translate, methods=["POST"], summary="Translate texts",
                       response_model=TranslateResponse, responses=_ERRORS,
                       openapi_extra=_body(TranslateRequest))
+    app.add_api_route("/v1/score", score, methods=["POST"],
+                      summary="Score given translations (forced decoding)",
+                      responses=_ERRORS, openapi_extra=_body(ScoreRequest))
     app.add_api_route("/v1/attention", attention, methods=["POST"],
                       summary="Cross-attention of one line", response_model=AttentionResponse,
                       responses=_ERRORS, openapi_extra=_body(AttentionRequest))
@@ -157,7 +160,7 @@ async def translate(request: Request) -> JSONResponse:
     arrived = time.monotonic()
     state = _state(request)
     translator, limits = state.require_ready(), state.limits
-    req = errors.parse(TranslateRequest, await _read_json(request, limits, arrived))
+    req = errors.parse(TranslateRequest, await read_body(request, limits, arrived))
     translations, seed = await translate_texts(state, translator, req, arrived)
     body: dict[str, Any] = {"translations": translations}
     if seed is not None:
@@ -169,7 +172,7 @@ async def attention(request: Request) -> JSONResponse:
     arrived = time.monotonic()
     state = _state(request)
     translator, limits = state.require_ready(), state.limits
-    req = errors.parse(AttentionRequest, await _read_json(request, limits, arrived))
+    req = errors.parse(AttentionRequest, await read_body(request, limits, arrived))
     try:
         check_text(req.q, "q", limits.max_chars)
     except TextError as e:
@@ -177,22 +180,10 @@ async def attention(request: Request) -> JSONResponse:
     if LINE_BREAK.search(req.q) or not req.q.strip():
         raise ApiError(422, "q: one non-empty line of text", field="q")
     try:
-        future = state.batcher.call(lambda: _attention(translator, req.q))
-    except Stopped:
-        raise state.not_ready() from None
-    try:
-        body = await asyncio.wait_for(asyncio.wrap_future(future), limits.timeout_s)
-    except asyncio.TimeoutError:
-        raise ApiError(504, f"no answer within {limits.timeout_s:g} s (--timeout-s)",
-                       reason="timeout") from None
+        body = await on_decoder(state, lambda: _attention(translator, req.q), arrived)
     except ValueError as e:  # e.g. the tokenizer keeps nothing of q
         raise ApiError(422, f"q: {e}", field="q") from None
     return JSONResponse(body)
-
-
-async def _read_json(request: Request, limits: ServeLimits, arrived: float) -> Any:
-    """The body as JSON, which must all have come within the request's --timeout-s."""
-    return await errors.read_json(request, limits.max_body_bytes, time_left(limits, arrived))
 
 
 def _attention(translator: Translator, line: str) -> dict:

@@ -72,11 +72,13 @@ class PendingRequest:
       loop: the event loop awaiting ``future``.
       seed, positions: sampling only: sentence j samples with
         ``fold_in(key(seed), positions[j])``.
+      prefixes: per sentence, its target prefix (None: none), or None for none at all.
     """
 
     def __init__(self, sentences: list[str], lengths: list[int], buckets: list[int],
                  settings: SearchSettings, loop: asyncio.AbstractEventLoop, *,
                  seed: int | None = None, positions: list[int] | None = None,
+                 prefixes: list[str | None] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         if not len(sentences) == len(lengths) == len(buckets):
             raise ValueError("sentences, lengths and buckets must have one entry each")
@@ -86,6 +88,7 @@ class PendingRequest:
         self.sentences, self.lengths, self.buckets = sentences, lengths, buckets
         self.settings = settings
         self.seed, self.positions = seed, positions
+        self.prefixes = prefixes
         self.future: asyncio.Future = loop.create_future()
         self.enqueued = clock()
         self.closed = False  # answered, failed or abandoned: queued sentences are dropped
@@ -332,8 +335,10 @@ class Batcher:
         if settings.method == "sample":
             rng = jax.random.wrap_key_data(
                 np.stack([u.job.key_data(u.index) for u in padded]))
+        prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in padded]
         hyps = self.translator.translate(
             [u.job.sentences[u.index] for u in padded], return_scores=True,
-            batch_size=self.max_batch, rng=rng, **settings.translate_kwargs())
+            batch_size=self.max_batch, rng=rng,
+            target_prefix=prefixes if any(prefixes) else None, **settings.translate_kwargs())
         hyps = [h if isinstance(h, list) else [h] for h in hyps[:len(units)]]
         return hyps, self._clock() - start, start

@@ -40,6 +40,25 @@ class TranslateRequest(_Strict):
                              "all texts in order, samples with fold_in(key(seed), i); left "
                              "out: a random seed, returned in the response")
     scores: bool = Field(False, description="return each hypothesis with its score")
+    target_prefix: str | list[str | None] | None = Field(
+        None, description="per text (a string when q is one): what its translation must "
+                          "begin with (its first line's, for a text of several lines); "
+                          "null or \"\": none")
+    prefix_bias_beta: float | None = Field(
+        None, gt=0, lt=1, allow_inf_nan=False, description="only bias the search towards "
+        "target_prefix, by this weight in (0, 1), instead of forcing it")
+
+
+class ScoreRequest(_Strict):
+    """POST /v1/score: forced decoding of given translations."""
+
+    q: list[str] = Field(description="source lines")
+    targets: list[str] = Field(description="a translation per source line")
+    alpha: float | None = Field(None, ge=0, le=10, allow_inf_nan=False,
+                                description="length penalty exponent of score (default: "
+                                            "the model's decode.alpha)")
+    tokens: bool = Field(False, description="also return each target piece with its "
+                                            "log-probability")
 
 
 class Hypothesis(BaseModel):

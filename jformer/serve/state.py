@@ -157,11 +157,36 @@ async def translate(state: ServerState, translator: Translator, req: TranslateRe
     plan = translation.plan(texts, translator, state.limits, single=isinstance(req.q, str))
     results: list = []
     if plan.sentences:
+        prefixes = translation.line_prefixes(req, plan, translator, settings)
         job = PendingRequest(plan.sentences, plan.lengths, plan.buckets, settings,
                              asyncio.get_running_loop(), seed=seed,
-                             positions=plan.positions if seed is not None else None)
+                             positions=plan.positions if seed is not None else None,
+                             prefixes=prefixes)
         results = await run_job(state, job, arrived)
     return translation.assemble(plan, results, settings.n_best, req.scores), seed
+
+
+async def on_decoder(state: ServerState, fn: Callable[[], Any], arrived: float) -> Any:
+    """``fn()`` run on the decoder thread between batches (a model call that is not a
+    translation); 503 while not ready, 504 past the request's --timeout-s; an ApiError
+    it raises reaches the client."""
+    try:
+        future = state.batcher.call(fn)
+    except Stopped:
+        raise state.not_ready() from None
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future),
+                                      time_left(state.limits, arrived))
+    except asyncio.TimeoutError:
+        raise ApiError(504, f"no answer within {state.limits.timeout_s:g} s (--timeout-s)",
+                       reason="timeout") from None
+
+
+async def read_body(request, limits: ServeLimits, arrived: float) -> Any:
+    """The body as JSON, which must all have come within the request's --timeout-s."""
+    from jformer.serve import errors
+
+    return await errors.read_json(request, limits.max_body_bytes, time_left(limits, arrived))
 
 
 def time_left(limits: ServeLimits, arrived: float) -> float:

@@ -49,6 +49,11 @@ def resolve_settings(req: TranslateRequest, translator: Translator, limits: Serv
     except ValueError as e:
         name = str(e).split()[0] if str(e) else ""
         raise ApiError(422, str(e), field=name if name in type(req).model_fields else None) from None
+    if req.prefix_bias_beta is not None:
+        if req.target_prefix is None:
+            raise ApiError(422, "prefix_bias_beta: needs target_prefix",
+                           field="prefix_bias_beta")
+        settings = dataclasses.replace(settings, prefix_bias_beta=req.prefix_bias_beta)
     seed = None
     if req.method == "sample":
         seed = secrets.randbelow(SEED_LIMIT) if req.seed is None else req.seed
@@ -115,6 +120,40 @@ def plan(texts: list[str], translator: Translator, limits: ServeLimits,
         result.lengths.append(min(length, max_len))
         result.buckets.append(bucket_for(min(length, max_len), translator.buckets))
     return result
+
+
+def line_prefixes(req: TranslateRequest, p: Plan, translator: Translator,
+                  settings: SearchSettings) -> list[str | None] | None:
+    """Per sentence to decode, its target prefix: a text's goes to its first line with
+    something to translate. A 422 names ``target_prefix`` when it does not pair up with
+    ``q``, its text has nothing to translate, or it leaves its output no room."""
+    if req.target_prefix is None:
+        return None
+    single = isinstance(req.q, str)
+    if single != isinstance(req.target_prefix, str) or (
+            not single and len(req.target_prefix) != len(req.q)):
+        raise ApiError(422, "target_prefix: one per text of q (a string when q is one)",
+                       field="target_prefix")
+    given = [req.target_prefix] if single else req.target_prefix
+    out: list[str | None] = [None] * len(p.sentences)
+    first: dict[int, int] = {}
+    for j, (t, _) in enumerate(p.where):
+        first.setdefault(t, j)
+    for t, prefix in enumerate(given):
+        if not prefix or not prefix.strip():
+            continue
+        name = "target_prefix" if single else f"target_prefix[{t}]"
+        if t not in first:
+            raise ApiError(422, f"{name}: its text has nothing to translate", field=name)
+        j = first[t]
+        tokens = len(translator.tokenizer.encode([prefix], add_eos=False, side="target",
+                                                 num_threads=1)[0])
+        room = translator.output_positions(p.buckets[j], settings.max_len)
+        if tokens >= room:
+            raise ApiError(422, f"{name}: {tokens} tokens, but its output holds {room} "
+                                f"(EOS included)", field=name)
+        out[j] = prefix
+    return out
 
 
 def assemble(p: Plan, results: list[list], n_best: int, with_scores: bool) -> list:

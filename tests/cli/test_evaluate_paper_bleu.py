@@ -7,16 +7,12 @@ import pytest
 
 from jformer.inference import paper_bleu
 from tests.cli.test_cli import PAIRS, run_cli
-from tests.inference.test_translator import build_setup, write_workdir
+from tests.inference.test_translator import tiny_workdir
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("paper_bleu")
-    cfg, params, tok = build_setup(str(root))
-    run = str(root / "run")
-    write_workdir(run, cfg, params, tok, steps=(10,))
-    return run
+    return tiny_workdir(tmp_path_factory.mktemp("paper_bleu"))
 
 
 @pytest.fixture

@@ -87,6 +87,14 @@ def write_workdir(workdir: str, cfg: ModelConfig, params: dict, tok: Tokenizer,
             ckpt.save(step, {"params": scaled, "step": np.int32(step)}, {"epoch": 0})
 
 
+def tiny_workdir(root) -> str:
+    """<root>/run: a workdir of :func:`build_setup`'s model (one checkpoint, step 10)."""
+    cfg, params, tok = build_setup(str(root))
+    run = os.path.join(root, "run")
+    write_workdir(run, cfg, params, tok, steps=(10,))
+    return run
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     return build_setup(str(tmp_path_factory.mktemp("spm")))

@@ -15,7 +15,7 @@ import sentencepiece as spm
 
 from jformer.config import ModelConfig
 from jformer.data.tokenizer import Tokenizer
-from jformer.inference import Translator
+from jformer.inference import Translator, forced
 from jformer.interop.ctranslate2_search import search_options
 
 # Every axis of what the export must express, each value at least once. Encoder and
@@ -68,14 +68,16 @@ def piece_ids(translator: Translator) -> dict[str, int]:
 
 
 def assert_same_search(translator: Translator, ct2_translator, sentences: list[str], *,
-                       beam_size: int, max_len: int, require_finished: bool) -> int:
+                       beam_size: int, max_len: int, require_finished: bool,
+                       target_prefix: list[str] | None = None) -> int:
     """jformer and CTranslate2 give the same tokens (EOS included) and scores (1e-4).
 
     jformer runs ``translate(beam_size, alpha=0, max_len)`` (beam 1: greedy search) with
     decode.eos_candidates="top_w" (only EOS among a step's W best finish, as in
     CTranslate2), CTranslate2 :func:`search_options` of the same. ``require_finished``:
     every jformer output must end in EOS before max_len (beam search forces EOS at
-    max_len, which CTranslate2 does not). Returns how many outputs ended in EOS.
+    max_len, which CTranslate2 does not). ``target_prefix``: the same prefixes to both
+    (CTranslate2's as pieces). Returns how many outputs ended in EOS.
     """
     method = "beam" if beam_size > 1 else "greedy"
     if translator.decode_cfg.eos_candidates != "top_w":
@@ -83,10 +85,24 @@ def assert_same_search(translator: Translator, ct2_translator, sentences: list[s
                                 dataclasses.replace(translator.decode_cfg,
                                                     eos_candidates="top_w"))
     ours = translator.translate(sentences, beam_size=beam_size, alpha=0.0, max_len=max_len,
-                                return_scores=True, method=method)
+                                return_scores=True, method=method,
+                                target_prefix=target_prefix)
+    extra, prefix_logp = {}, np.zeros(len(sentences))
+    if target_prefix is not None:
+        tok = translator.tokenizer
+        extra["target_prefix"] = [
+            [tok.id_to_piece(i) for i in tok.encode([p], add_eos=False, side="target")[0]]
+            for p in target_prefix]
+        # CTranslate2 scores the tokens after the prefix; jformer's score holds the
+        # prefix's log-probability too (read here by forced decoding).
+        scored = forced.score_ids(translator.model_cfg, translator.ops, translator.params,
+                                  translator.encode_sources(sentences),
+                                  [h.ids for h in ours], translator.buckets, 8, 0.0)
+        prefix_logp = [float(np.sum(s.log_probs[:len(p)], dtype=np.float64))
+                       for s, p in zip(scored, extra["target_prefix"])]
     theirs = ct2_translator.translate_batch(ct2_pieces(translator, sentences),
                                             return_end_token=True,
-                                            **search_options(beam_size, max_len))
+                                            **search_options(beam_size, max_len), **extra)
     index = piece_ids(translator)
     finished = 0
     for i, (h, r) in enumerate(zip(ours, theirs)):
@@ -94,7 +110,7 @@ def assert_same_search(translator: Translator, ct2_translator, sentences: list[s
             assert h.finished and len(h.ids) < max_len, (i, sentences[i], h)
         ids = [index[p] for p in r.hypotheses[0]]
         assert ids == h.ids.tolist(), (i, sentences[i], ids, h.ids.tolist())
-        np.testing.assert_allclose(r.scores[0], h.score, atol=1e-4, rtol=0,
+        np.testing.assert_allclose(r.scores[0] + prefix_logp[i], h.score, atol=1e-4, rtol=0,
                                    err_msg=f"sentence {i}: {sentences[i]!r}")
         finished += bool(h.finished)
     return finished

@@ -209,6 +209,31 @@ class FutureModelConfig(ModelConfig):
     final_logits_bias: bool = False
 
 
+def test_target_prefixes_give_ctranslate2s_tokens(tmp_path):
+    """The same prefixes (each test reference's first two words, some sentences without)
+    given to jformer (target_prefix) and to the export (translate_batch's target_prefix):
+    the same tokens and scores, greedy (all 24) and beam 4."""
+    out = ct2_export.export_workdir(LEGACY, tmp_path / "ct2")
+    ct2 = ctranslate2.Translator(out, device="cpu", intra_threads=1)
+    translator = Translator.from_checkpoint(
+        LEGACY, decode_cfg=DecodeConfig(batch_size=32, length_buckets=(32,)))
+    pairs = load_split(files.load_config(LEGACY).data, "test")
+    sentences = [s for s, _ in pairs]
+    prefixes = [" ".join(t.split()[:2]) if i % 3 else "" for i, (_, t) in enumerate(pairs)]
+    max_len = translator.model_cfg.max_len
+    assert_same_search(translator, ct2, sentences, beam_size=1, max_len=max_len,
+                       require_finished=False, target_prefix=prefixes)
+    # Beam 4: the sentences jformer's beam finishes (its forced EOS at max_len is not
+    # CTranslate2's).
+    beam = translator.translate(sentences, beam_size=4, alpha=0.0, max_len=max_len,
+                                return_scores=True, target_prefix=prefixes)
+    done = [i for i, h in enumerate(beam) if h.finished and len(h.ids) < max_len]
+    assert len(done) >= 12
+    assert_same_search(translator, ct2, [sentences[i] for i in done], beam_size=4,
+                       max_len=max_len, require_finished=True,
+                       target_prefix=[prefixes[i] for i in done])
+
+
 def test_a_field_the_export_does_not_know_is_refused_unless_default(tokenizer):
     cfg = variant_config("post_sinusoidal_shared_tied", tokenizer)
     fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
