@@ -12,7 +12,9 @@ one ``part`` of it (index on axis 1). The key projection's bias has no jformer
 parameter (``path`` None): it adds q . b_k to every logit of a query row, which the
 softmax cancels, so the import drops it and the export writes zeros. Tied weights
 (the shared embedding under each of its names) are one link whose ``aliases`` a torch
-state dict may also hold; ``save_pretrained`` writes only ``key``.
+state dict may also hold; ``save_pretrained`` writes only ``key``, unless the output is
+untied (``tie_word_embeddings`` false): transformers then ties nothing, and the shared
+embedding is stored under each of its names (``write_aliases``).
 
 ``model_axes`` name the axes of the HF tensor that run over d_model: the export permutes
 them when jformer's positions are interleaved and Marian's concatenated
@@ -42,6 +44,7 @@ class Link:
     transposed: bool = False  # a torch Linear weight [out, in]: jformer's is [in, ...]
     model_axes: tuple[int, ...] = ()  # axes of the HF tensor that are d_model
     aliases: tuple[str, ...] = ()  # other keys of the same (tied) tensor
+    write_aliases: bool = False  # save_pretrained writes the aliases too (untied in torch)
 
     def to_jformer(self, value: np.ndarray) -> np.ndarray:
         return (value.T if self.transposed else value).reshape(self.param_shape)
@@ -120,7 +123,8 @@ def embedding_links(cfg: ModelConfig) -> Iterator[Link]:
     embed = dict(shape=(v, d), param_shape=(v, d), model_axes=(1,))
     if cfg.share_embeddings:
         yield Link(SHARED_EMBED, path=("shared_embedding", "embedding"),
-                   aliases=(SOURCE_EMBED, TARGET_EMBED) + lm_head, **embed)
+                   aliases=(SOURCE_EMBED, TARGET_EMBED) + lm_head,
+                   write_aliases=not cfg.tie_output, **embed)
     else:
         yield Link(SOURCE_EMBED, path=("source_embedding", "embedding"), **embed)
         yield Link(TARGET_EMBED, path=("target_embedding", "embedding"), aliases=lm_head,
