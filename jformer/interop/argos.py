@@ -13,7 +13,9 @@ translate.py, ``PackageTranslation`` and ``apply_packaged_translation``):
 - ``metadata.json``: package_version, argos_version, from_code, from_name, to_code,
   to_name, type "translate" (``IPackage.load_metadata_from_json``);
 - ``model/``: the CTranslate2 model (:mod:`jformer.interop.ctranslate2`: sources get
-  their EOS from the model's config, PAD and BOS are never generated);
+  their EOS from the model's config, PAD and BOS are never generated), its sinusoid
+  tables long enough for Argos's unlimited output (:data:`ARGOS_MAX_DECODING_LENGTH`;
+  learned positions stop at model.max_len, where CTranslate2 raises an error);
 - ``sentencepiece.model``: the model Argos segments sources and joins outputs with
   (``SentencePieceTokenizer``): jformer's one shared model, so its pieces are jformer's;
 - ``README.md``: the model card (:mod:`jformer.interop.model_card`).
@@ -40,6 +42,10 @@ from jformer.interop.model_card import language_name, languages_of, write_card
 
 METADATA, SPM_NAME, MODEL_DIR = "metadata.json", "sentencepiece.model", "model"
 ARGOS_VERSION = "1.9"  # the package format of Argos Translate 1.9 on (what 1.11 reads)
+# Argos calls translate_batch without max_decoding_length: CTranslate2's default, 256
+# output tokens. The sinusoid tables are written this long (the same formula past
+# model.max_len), so a long output ends there instead of in CTranslate2's error.
+ARGOS_MAX_DECODING_LENGTH = 256
 
 
 def package_name(source: str, target: str, version: str) -> str:
@@ -70,8 +76,9 @@ def write_package(folder: str, model: WorkdirModel, languages: tuple[str, str],
         raise ExportError(f"data.vocab={model.config.data.vocab!r}: an Argos Translate "
                           "package has one sentencepiece model for source and target; "
                           "this workdir segments them with two (source.spm, target.spm)")
-    JformerConverter.from_model(model).convert(os.path.join(folder, MODEL_DIR),
-                                               quantization=quantization)
+    positions = ARGOS_MAX_DECODING_LENGTH + 1  # the decoder start takes a position
+    JformerConverter.from_model(model, positions).convert(os.path.join(folder, MODEL_DIR),
+                                                          quantization=quantization)
     with open(model.tokenizer_path, "rb") as src, \
             open(os.path.join(folder, SPM_NAME), "wb") as dst:
         dst.write(src.read())

@@ -221,7 +221,8 @@ def _set_decoder(spec: transformer_spec.TransformerDecoderSpec, cfg: ModelConfig
 
 
 def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[str],
-                        unk_id: int) -> transformer_spec.TransformerSpec:
+                        unk_id: int, positions: int | None = None
+                        ) -> transformer_spec.TransformerSpec:
     """The CTranslate2 ``TransformerSpec`` of a jformer model (see the module docstring).
 
     Args:
@@ -230,6 +231,10 @@ def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[s
       vocabulary: the piece of every id, ``vocab_size`` distinct strings.
       unk_id: the id CTranslate2 gives a piece missing from the vocabulary (the
         tokenizer's unknown id).
+      positions: sinusoidal tables this long instead of model.max_len (the same
+        formula further on), for a caller that decodes without a length limit (Argos
+        Translate); None, or learned positions: model.max_len, beyond which
+        CTranslate2 raises an error.
     """
     check_exportable(cfg)
     check_params(cfg, params)
@@ -247,6 +252,10 @@ def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[s
     source_VD, target_VD = _embeddings(cfg, params)
     _set_encoder(spec.encoder, cfg, params, source_VD)
     _set_decoder(spec.decoder, cfg, params, target_VD)
+    if positions is not None and positions > cfg.max_len and cfg.positional != "learned":
+        table = sinusoid_table(positions, cfg.d_model, interleaved=cfg.positional == "sinusoidal")
+        spec.encoder.position_encodings.encodings = table
+        spec.decoder.position_encodings.encodings = table
     c = spec.config
     c.layer_norm_epsilon = float(cfg.layer_norm_epsilon)
     c.eos_token = vocabulary[cfg.eos_id]
@@ -281,11 +290,13 @@ class JformerConverter(Converter):
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, vocabulary: Sequence[str],
-                 unk_id: int, tokenizer_file: str | None = None):
+                 unk_id: int, tokenizer_file: str | None = None,
+                 positions: int | None = None):
         check_exportable(model_cfg)
         self.model_cfg, self.params = model_cfg, params
         self.vocabulary, self.unk_id = list(vocabulary), unk_id
         self.tokenizer_file = tokenizer_file
+        self.positions = positions  # transformer_spec_of's
         self._quantization: str | None = None
 
     @classmethod
@@ -297,12 +308,13 @@ class JformerConverter(Converter):
                                            check=check_exportable, error=ExportError))
 
     @classmethod
-    def from_model(cls, model: WorkdirModel) -> "JformerConverter":
+    def from_model(cls, model: WorkdirModel, positions: int | None = None
+                   ) -> "JformerConverter":
         """The converter of a model read by :func:`jformer.interop.exports.read_workdir`."""
         tokenizer = model.tokenizer
         pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
         return cls(model.config.model, model.params, pieces, tokenizer.unk_id,
-                   model.tokenizer_path)
+                   model.tokenizer_path, positions)
 
     def convert(self, output_dir: str, vmap: str | None = None,
                 quantization: str | None = None, force: bool = False) -> str:
@@ -316,7 +328,7 @@ class JformerConverter(Converter):
 
     def _load(self) -> transformer_spec.TransformerSpec:
         spec = transformer_spec_of(self.model_cfg, self.params, self.vocabulary,
-                                   self.unk_id)
+                                   self.unk_id, self.positions)
         if self.tokenizer_file and os.path.isdir(self.tokenizer_file):  # separate models
             for name in files.SEPARATE_SPM.values():
                 spec.register_file(os.path.join(self.tokenizer_file, name), name)
