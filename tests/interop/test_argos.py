@@ -70,7 +70,8 @@ def run_argos(script: str, package: str, sentences, home, **env) -> object:
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("argos") / "translate-en_de-1_0.argosmodel"
-    return argos.export_workdir(LEGACY, out)
+    assert main(["export", "argos", "--workdir", LEGACY, "--out", str(out)]) == 0
+    return str(out)
 
 
 def test_the_package_holds_what_argos_reads(package):

@@ -131,7 +131,9 @@ def test_the_permutation_is_the_sinusoids():
 @pytest.fixture(scope="module")
 def legacy_export(tmp_path_factory):
     out = tmp_path_factory.mktemp("legacy") / "legacy-hf"
-    return hf_export.export_workdir(LEGACY, out, license="apache-2.0")
+    assert main(["export", "huggingface", "--workdir", LEGACY, "--out", str(out),
+                 "--license", "apache-2.0"]) == 0
+    return str(out)
 
 
 def test_the_tokenizer_gives_jformers_ids_and_texts(legacy_export):
