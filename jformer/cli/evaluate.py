@@ -33,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "data.tgt_lang)")
     p.add_argument("--hyp-out", default=None, help="also write the hypotheses here")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--record", action="store_true",
+                   help="also append the scores, their signatures, the checkpoint step "
+                        "and the search settings to <workdir>/evaluations.jsonl (the "
+                        "exports' model cards report them)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -53,12 +57,35 @@ def run(args: argparse.Namespace) -> None:
                   for i in range(0, len(sources), DEFAULT_CHUNK_LINES))
         hyps = translate_stream(translator, chunks, hyp_file, search_kwargs(args),
                                 args.quiet, args.src)
-    for metric in (BLEU(lowercase=args.lowercase), CHRF(lowercase=args.lowercase)):
+    record = {}
+    for name, metric in (("bleu", BLEU(lowercase=args.lowercase)),
+                         ("chrf", CHRF(lowercase=args.lowercase))):
         score = metric.corpus_score(hyps, [refs])
         print(score)
         print(f"  signature: {metric.get_signature()}")
+        record.update({name: score.score, f"{name}_signature": str(metric.get_signature())})
     if args.paper_bleu:
         score, signature = paper_bleu.paper_bleu(hyps, refs, lang, tokenize=tokenize)
         print(f"{score}  (paper)")
         print(f"  signature: {signature}")
+        record.update(paper_bleu=score.score, paper_bleu_signature=signature)
     sys.stdout.flush()
+    if args.record:
+        _record(args, translator, len(sources), record)
+
+
+def _record(args: argparse.Namespace, translator, lines: int, scores: dict) -> None:
+    """One row of <workdir>/evaluations.jsonl: what was scored, by which checkpoint and
+    search, and the scores with their signatures."""
+    from jformer.workdir import checkpoint, files
+
+    ckpt = os.path.abspath(args.checkpoint or files.checkpoint_dir(args.workdir))
+    decode = translator.decode_cfg
+    search = {"method": args.method, "beam": args.beam or decode.beam_size,
+              "alpha": decode.alpha if args.alpha is None else args.alpha,
+              "max_len": args.max_len, "eos_candidates": decode.eos_candidates,
+              "dtype": decode.dtype}
+    files.append_evaluation(args.workdir, {
+        "src": os.path.abspath(args.src), "ref": os.path.abspath(args.ref), "lines": lines,
+        "checkpoint_dir": ckpt, "step": checkpoint.resolve_step(ckpt, args.step),
+        "lowercase": args.lowercase, "search": search, **scores})

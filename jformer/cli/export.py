@@ -3,6 +3,11 @@
     jformer export ctranslate2 --workdir runs/demo --out demo-ct2 [--quantization int8]
     jformer export jax --workdir runs/demo --out demo-jax [--buckets 16,32] [--batch 8]
         [--method greedy|beam] [--beam 4] [--platforms cpu,cuda,tpu]
+    jformer export huggingface --workdir runs/demo --out demo-hf [--license apache-2.0]
+    jformer export argos --workdir runs/demo --out demo.argosmodel [--source-lang en]
+
+Every export writes a model card (README.md) from what the workdir records
+(jformer.interop.model_card).
 
 One sub-subcommand per format (a ``(name, help, add_arguments, run)`` entry of
 :data:`FORMATS`), so further formats sit beside ``ctranslate2``.
@@ -15,8 +20,8 @@ from jformer.cli.common import add_formats, add_model_args, run_format
 from jformer.interop import CT2_QUANTIZATIONS
 
 NAME = "export"
-HELP = ("export a trained model for another inference engine (ctranslate2) or as "
-        "serialized JAX programs (jax)")
+HELP = ("export a trained model for another inference engine (ctranslate2, huggingface, "
+        "argos) or as serialized JAX programs (jax)")
 
 
 def _ct2_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,13 +36,7 @@ def _ct2_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _ct2_run(args: argparse.Namespace) -> None:
-    try:
-        from jformer.interop import ctranslate2 as ct2_export
-    except ModuleNotFoundError as e:
-        if (e.name or "").split(".")[0] != "ctranslate2":
-            raise
-        raise SystemExit("jformer export: error: exporting to CTranslate2 needs the "
-                         "ctranslate2 package: pip install 'jformer[export]'") from None
+    ct2_export = _needs("ctranslate2", "export", "exporting to CTranslate2")
     out = ct2_export.export_workdir(args.workdir, args.out, checkpoint_dir=args.checkpoint,
                                     step=args.step, quantization=args.quantization,
                                     force=args.force)
@@ -93,11 +92,85 @@ def _jax_run(args: argparse.Namespace) -> None:
           f"{','.join(args.platforms)})")
 
 
+def _languages(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source-lang", default=None,
+                   help="source language code (default: the run's data.src_lang)")
+    p.add_argument("--target-lang", default=None,
+                   help="target language code (default: the run's data.tgt_lang)")
+
+
+def _hf_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    p.add_argument("--out", required=True,
+                   help="folder to write: config.json, generation_config.json, "
+                        "model.safetensors, source.spm, target.spm, vocab.json, "
+                        "tokenizer_config.json, README.md")
+    _languages(p)
+    p.add_argument("--license", default=None,
+                   help="license identifier for the model card's metadata (e.g. apache-2.0)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+
+
+def _needs(module: str, extra: str, what: str):
+    """Imports jformer.interop.<module>; a missing engine package exits naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"jformer.interop.{module}")
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").split(".")[0]
+        if missing.startswith("jformer"):
+            raise
+        raise SystemExit(f"jformer export: error: {what} needs the {missing} package: "
+                         f"pip install 'jformer[{extra}]'") from None
+
+
+def _hf_run(args: argparse.Namespace) -> None:
+    import importlib.util
+
+    hf = _needs("huggingface", "marian", "exporting to Hugging Face")
+    if importlib.util.find_spec("safetensors") is None:  # imported to write the weights
+        raise SystemExit("jformer export: error: exporting to Hugging Face needs the "
+                         "safetensors package: pip install 'jformer[marian]'")
+    out = hf.export_workdir(args.workdir, args.out, checkpoint_dir=args.checkpoint,
+                            step=args.step, source_lang=args.source_lang,
+                            target_lang=args.target_lang, license=args.license,
+                            force=args.force)
+    print(f"exported {args.workdir} to {out} (Hugging Face MarianMTModel)")
+
+
+def _argos_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_args(p)
+    p.add_argument("--out", required=True,
+                   help="package file to write, e.g. translate-en_de.argosmodel")
+    _languages(p)
+    p.add_argument("--package-version", default="1.0",
+                   help="metadata.json's package_version (default: 1.0)")
+    p.add_argument("--quantization", choices=CT2_QUANTIZATIONS, default="float32",
+                   help="weight type of the CTranslate2 model inside")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+
+
+def _argos_run(args: argparse.Namespace) -> None:
+    argos = _needs("argos", "export", "exporting an Argos Translate package")
+    out = argos.export_workdir(args.workdir, args.out, checkpoint_dir=args.checkpoint,
+                               step=args.step, source_lang=args.source_lang,
+                               target_lang=args.target_lang,
+                               package_version=args.package_version,
+                               quantization=args.quantization, force=args.force)
+    print(f"exported {args.workdir} to {out} (Argos Translate package)")
+
+
 FORMATS = (("ctranslate2", "a CTranslate2 model directory (ctranslate2.Translator)",
             _ct2_arguments, _ct2_run),
            ("jax", "jax.export programs of the translate search, per source bucket and "
                    "platform, with the parameters as an argument (jax, numpy and "
-                   "sentencepiece load it)", _jax_arguments, _jax_run))
+                   "sentencepiece load it)", _jax_arguments, _jax_run),
+           ("huggingface", "a Hugging Face transformers MarianMTModel folder "
+                           "(from_pretrained loads it without jformer)",
+            _hf_arguments, _hf_run),
+           ("argos", "an Argos Translate package (.argosmodel: a CTranslate2 model, the "
+                     "sentencepiece model, metadata.json)", _argos_arguments, _argos_run))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

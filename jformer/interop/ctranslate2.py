@@ -46,10 +46,7 @@ A model with something CTranslate2 or this exporter cannot express is refused wi
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-import shutil
-import tempfile
 from typing import Any, Mapping, Sequence
 
 import ml_dtypes
@@ -59,12 +56,14 @@ from ctranslate2.specs import common_spec, transformer_spec
 from ctranslate2.specs.model_spec import visit_spec
 
 from jformer.config import ModelConfig
-from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
 from jformer.interop import CT2_QUANTIZATIONS
+from jformer.interop.exports import (WorkdirModel, output_directory, read_workdir,
+                                     unknown_fields)
+from jformer.interop.model_card import write_card
 from jformer.model.embeddings import sinusoid_table
 from jformer.types import PyTree
-from jformer.workdir import checkpoint, files
+from jformer.workdir import files
 
 # Added to the PAD and BOS logits: exp() of it is 0 in every float type, and it is
 # finite in float16 (-1e9, jformer's own mask value, would overflow to -inf there).
@@ -74,16 +73,13 @@ ACTIVATIONS = {"relu": common_spec.Activation.RELU,
                "gelu_exact": common_spec.Activation.GELU,  # erf
                "swish": common_spec.Activation.SWISH}
 POSITIONALS = ("sinusoidal", "sinusoidal_concat", "learned")
-# ModelConfig fields the spec expresses; the next ones do not change what inference
-# computes in float32 (dropout; the compute dtype; the kernel switch computes the same
-# function). Any other field is refused unless it holds its default (see check_exportable).
+# ModelConfig fields the spec expresses; any other field is refused unless it holds its
+# default or changes nothing in inference (see check_exportable).
 EXPORTED_FIELDS = frozenset({
     "vocab_size", "d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
     "d_ff", "positional", "max_len", "norm", "activation", "share_embeddings",
     "tie_output", "output_bias", "layer_norm_epsilon", "pad_id", "bos_id", "eos_id",
     "decoder_start"})
-INFERENCE_NEUTRAL_FIELDS = frozenset({
-    "dropout_rate", "attention_dropout_rate", "relu_dropout_rate", "dtype", "kernels"})
 SPM_EXPORT_NAME = "spm.model"
 
 
@@ -111,17 +107,7 @@ def check_exportable(cfg: ModelConfig) -> None:
         problems.append(f"model.pad_id, model.bos_id, model.eos_id = {cfg.pad_id}, "
                         f"{cfg.bos_id}, {cfg.eos_id}: the export bans PAD and BOS from the "
                         f"output and ends on EOS, so they must be three distinct ids")
-    for field in dataclasses.fields(cfg):
-        if field.name in EXPORTED_FIELDS or field.name in INFERENCE_NEUTRAL_FIELDS:
-            continue
-        default = (field.default if field.default is not dataclasses.MISSING
-                   else field.default_factory() if field.default_factory is not dataclasses.MISSING
-                   else dataclasses.MISSING)
-        value = getattr(cfg, field.name)
-        if default is dataclasses.MISSING or value != default:
-            problems.append(f"model.{field.name}={value!r}: the CTranslate2 export does not "
-                            f"express this field (only its default "
-                            f"{'(none)' if default is dataclasses.MISSING else repr(default)})")
+    problems += unknown_fields(cfg, EXPORTED_FIELDS, "CTranslate2")
     if problems:
         raise ExportError("cannot export to CTranslate2: " + "; ".join(problems))
 
@@ -235,7 +221,8 @@ def _set_decoder(spec: transformer_spec.TransformerDecoderSpec, cfg: ModelConfig
 
 
 def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[str],
-                        unk_id: int) -> transformer_spec.TransformerSpec:
+                        unk_id: int, positions: int | None = None
+                        ) -> transformer_spec.TransformerSpec:
     """The CTranslate2 ``TransformerSpec`` of a jformer model (see the module docstring).
 
     Args:
@@ -244,6 +231,10 @@ def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[s
       vocabulary: the piece of every id, ``vocab_size`` distinct strings.
       unk_id: the id CTranslate2 gives a piece missing from the vocabulary (the
         tokenizer's unknown id).
+      positions: sinusoidal tables this long instead of model.max_len (the same
+        formula further on), for a caller that decodes without a length limit (Argos
+        Translate); None, or learned positions: model.max_len, beyond which
+        CTranslate2 raises an error.
     """
     check_exportable(cfg)
     check_params(cfg, params)
@@ -261,6 +252,10 @@ def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[s
     source_VD, target_VD = _embeddings(cfg, params)
     _set_encoder(spec.encoder, cfg, params, source_VD)
     _set_decoder(spec.decoder, cfg, params, target_VD)
+    if positions is not None and positions > cfg.max_len and cfg.positional != "learned":
+        table = sinusoid_table(positions, cfg.d_model, interleaved=cfg.positional == "sinusoidal")
+        spec.encoder.position_encodings.encodings = table
+        spec.decoder.position_encodings.encodings = table
     c = spec.config
     c.layer_norm_epsilon = float(cfg.layer_norm_epsilon)
     c.eos_token = vocabulary[cfg.eos_id]
@@ -295,11 +290,13 @@ class JformerConverter(Converter):
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, vocabulary: Sequence[str],
-                 unk_id: int, tokenizer_file: str | None = None):
+                 unk_id: int, tokenizer_file: str | None = None,
+                 positions: int | None = None):
         check_exportable(model_cfg)
         self.model_cfg, self.params = model_cfg, params
         self.vocabulary, self.unk_id = list(vocabulary), unk_id
         self.tokenizer_file = tokenizer_file
+        self.positions = positions  # transformer_spec_of's
         self._quantization: str | None = None
 
     @classmethod
@@ -307,23 +304,17 @@ class JformerConverter(Converter):
                      step: int | None = None) -> "JformerConverter":
         """Reads config.json, the sentencepiece model and a checkpoint's params (latest,
         or ``step``; from ``checkpoint_dir`` instead of <workdir>/checkpoints if given)."""
-        workdir = os.fspath(workdir)
-        if not os.path.isdir(workdir):
-            raise FileNotFoundError(f"workdir not found: {workdir}")
-        config = files.load_config(workdir)
-        check_exportable(config.model)  # before reading any weights
-        tokenizer_file = files.tokenizer_path(config.data, workdir)
-        tokenizer = Tokenizer.load(tokenizer_file)
-        m = config.model
-        for name, got in (("vocab_size", tokenizer.vocab_size), ("pad_id", tokenizer.pad_id),
-                          ("bos_id", tokenizer.bos_id), ("eos_id", tokenizer.eos_id)):
-            if getattr(m, name) != got:
-                raise ExportError(f"model.{name}={getattr(m, name)} in {workdir}/config.json "
-                                  f"does not match the tokenizer {tokenizer_file} ({got})")
-        params = checkpoint.restore_params(checkpoint_dir or files.checkpoint_dir(workdir), step)
-        check_params(m, params)
+        return cls.from_model(read_workdir(workdir, checkpoint_dir, step,
+                                           check=check_exportable, error=ExportError))
+
+    @classmethod
+    def from_model(cls, model: WorkdirModel, positions: int | None = None
+                   ) -> "JformerConverter":
+        """The converter of a model read by :func:`jformer.interop.exports.read_workdir`."""
+        tokenizer = model.tokenizer
         pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
-        return cls(m, params, pieces, tokenizer.unk_id, tokenizer_file)
+        return cls(model.config.model, model.params, pieces, tokenizer.unk_id,
+                   model.tokenizer_path, positions)
 
     def convert(self, output_dir: str, vmap: str | None = None,
                 quantization: str | None = None, force: bool = False) -> str:
@@ -337,7 +328,7 @@ class JformerConverter(Converter):
 
     def _load(self) -> transformer_spec.TransformerSpec:
         spec = transformer_spec_of(self.model_cfg, self.params, self.vocabulary,
-                                   self.unk_id)
+                                   self.unk_id, self.positions)
         if self.tokenizer_file and os.path.isdir(self.tokenizer_file):  # separate models
             for name in files.SEPARATE_SPM.values():
                 spec.register_file(os.path.join(self.tokenizer_file, name), name)
@@ -348,27 +339,35 @@ class JformerConverter(Converter):
         return spec
 
 
+CT2_USAGE = """```python
+import ctranslate2, sentencepiece
+translator = ctranslate2.Translator("{out}")
+sp = sentencepiece.SentencePieceProcessor(model_file="{out}/{spm}")
+result = translator.translate_batch(sp.encode(["..."], out_type=str), beam_size=4)
+print(sp.decode(result[0].hypotheses[0]))
+```
+
+Sources get no EOS from you (the model config adds it). jformer's own search settings,
+alpha included: `jformer.interop.ctranslate2_search` and docs/interop.md."""
+
+
 def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
                    checkpoint_dir: str | None = None, step: int | None = None,
                    quantization: str | None = None, force: bool = False) -> str:
-    """Converts a workdir's checkpoint into the CTranslate2 model directory ``out``.
+    """Converts a workdir's checkpoint into the CTranslate2 model directory ``out``, with
+    a model card (README.md, :mod:`jformer.interop.model_card`).
 
     The directory appears whole or not at all: it is written under a temporary name
     beside ``out`` and renamed into place. An existing ``out`` is an error unless
     ``force`` (then it is replaced). Returns ``out``.
     """
-    out = os.path.abspath(os.fspath(out))
-    if os.path.exists(out) and not (force and os.path.isdir(out)):
-        raise FileExistsError(f"output exists: {out}" + ("" if os.path.isdir(out) else
-                              " (not a directory)") + "; pass --force to replace a directory")
-    converter = JformerConverter.from_workdir(workdir, checkpoint_dir, step)
-    parent = os.path.dirname(out)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
-    try:
-        converter.convert(tmp, quantization=quantization, force=True)
-        files.replace_directory(tmp, out)  # flushes the files, then renames
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    with output_directory(out, force) as tmp:
+        model = read_workdir(workdir, checkpoint_dir, step, check=check_exportable,
+                             error=ExportError)
+        JformerConverter.from_model(model).convert(tmp, quantization=quantization,
+                                                   force=True)
+        spm = "source.spm` / `target.spm" if model.config.data.vocab == "separate" \
+            else SPM_EXPORT_NAME
+        write_card(tmp, model, engine=f"CTranslate2 ({quantization or 'float32'} weights)",
+                   usage=CT2_USAGE.format(out=os.path.basename(os.fspath(out)), spm=spm))
+    return os.path.abspath(os.fspath(out))

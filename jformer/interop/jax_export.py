@@ -39,12 +39,10 @@ the program from its params argument, once per call (outside the search loop).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from typing import Any, Callable, Mapping
 
 import jax
@@ -60,9 +58,11 @@ from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.inference.buckets import output_len, source_buckets
 from jformer.inference.precision import decoding_config
+from jformer.interop.exports import output_directory, read_workdir
+from jformer.interop.model_card import write_card
 from jformer.search import length_penalty
 from jformer.types import Array, PyTree
-from jformer.workdir import checkpoint, files
+from jformer.workdir import files
 
 FORMAT, FORMAT_VERSION = "jformer-jax-export", 1
 MANIFEST, PARAMS, TOKENIZER = "manifest.json", "params.npz", "spm.model"
@@ -288,46 +288,29 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
     temporary name beside ``out``, then renamed); an existing ``out`` is an error unless
     ``force`` (then it is replaced). Returns ``out``.
     """
-    out = os.path.abspath(os.fspath(out))
-    if os.path.exists(out) and not (force and os.path.isdir(out)):
-        raise FileExistsError(f"output exists: {out}" + ("" if os.path.isdir(out) else
-                              " (not a directory)") + "; pass --force to replace a directory")
-    workdir = os.fspath(workdir)
-    if not os.path.isdir(workdir):
-        raise FileNotFoundError(f"workdir not found: {workdir}")
-    config = files.load_config(workdir)
-    settings = default_settings(config.model, config.decode, **overrides)  # before reading
-    tokenizer = Tokenizer.load(files.tokenizer_path(config.data, workdir))
-    _check_tokenizer(config.model, tokenizer, workdir)
-    ckpt = checkpoint_dir or files.checkpoint_dir(workdir)
-    # decode.dtype's compute dtype (jformer.inference.precision); params.npz stays
-    # float32 and each program's products cast the weights they read.
-    model_cfg = decoding_config(config.model, config.decode, settings.platforms)
-    params = checkpoint.restore_params(ckpt, step)
-    if step is None:  # the latest, which restore_params just read
-        with contextlib.closing(checkpoint.read_only_manager(ckpt)) as manager:
-            step = max(manager.all_steps())
-    source = {"workdir": os.path.abspath(workdir), "checkpoint_dir": os.path.abspath(ckpt),
-              "step": int(step)}
-    parent = os.path.dirname(out)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
-    try:
-        write_export(tmp, model_cfg, params, tokenizer, settings, config.decode, source)
-        files.replace_directory(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    with output_directory(out, force) as tmp:
+        workdir = os.fspath(workdir)
+        if not os.path.isdir(workdir):
+            raise FileNotFoundError(f"workdir not found: {workdir}")
+        config = files.load_config(workdir)
+        settings = default_settings(config.model, config.decode, **overrides)  # before reading
+        model = read_workdir(workdir, checkpoint_dir, step)
+        # decode.dtype's compute dtype (jformer.inference.precision); params.npz stays
+        # float32 and each program's products cast the weights they read.
+        model_cfg = decoding_config(config.model, config.decode, settings.platforms)
+        source = {"workdir": model.workdir, "checkpoint_dir": model.checkpoint_dir,
+                  "step": model.step}
+        write_export(tmp, model_cfg, model.params, model.tokenizer, settings, config.decode,
+                     source)
+        write_card(tmp, model, engine=f"jax.export ({settings.method}, platforms "
+                   f"{', '.join(settings.platforms)})", usage=JAX_USAGE)
+    return os.path.abspath(os.fspath(out))
 
 
-def _check_tokenizer(model_cfg: ModelConfig, tokenizer: Tokenizer, workdir: str) -> None:
-    for name in ("vocab_size", "pad_id", "bos_id", "eos_id"):
-        got = getattr(tokenizer, name)
-        if getattr(model_cfg, name) != got:
-            raise ValueError(f"model.{name}={getattr(model_cfg, name)} in {workdir}/"
-                             f"config.json does not match the tokenizer {tokenizer.path} "
-                             f"({got})")
+JAX_USAGE = """Load `manifest.json`, `params.npz` and a program with `jax.export.deserialize`,
+then call `program(params, inputs_BS, alpha)`: the loader of a few lines, without
+jformer, is in jformer's docs/interop.md ("jax.export"). Sources are sentencepiece ids
+of `spm.model` plus EOS, padded with PAD to the program's bucket."""
 
 
 def load_programs(directory: str | os.PathLike, platform: str = "cpu"

@@ -40,6 +40,7 @@ import numpy as np
 
 from jformer.config import ModelConfig
 from jformer.data.tokenizer import Tokenizer
+from jformer.interop.marian_names import LOGITS_BIAS, links
 from jformer.model.embeddings import sinusoid_table
 
 CONFIG_FILE = "config.json"
@@ -213,54 +214,6 @@ class _Weights:
         return sorted(set(self._weights) - self._taken)
 
 
-def _attention(w: _Weights, prefix: str, cfg: ModelConfig, cross: bool) -> dict[str, np.ndarray]:
-    """A MarianAttention's projections as jformer's MultiHeadAttention params."""
-    d, h, k = cfg.d_model, cfg.num_heads, cfg.head_dim
-    proj = {n: w.take(f"{prefix}.{n}_proj.weight", (d, d)).T.reshape(d, h, k)  # [in, H, K]
-            for n in ("q", "k", "v")}
-    bias = {n: w.take(f"{prefix}.{n}_proj.bias", (d,)).reshape(h, k) for n in ("q", "k", "v")}
-    # bias["k"] is dropped: q . b_k is the same for every key of a query row (softmax-free).
-    out = {"q_bias": bias["q"], "v_bias": bias["v"],
-           "out_kernel": w.take(f"{prefix}.out_proj.weight", (d, d)).T.reshape(h, k, d),
-           "out_bias": w.take(f"{prefix}.out_proj.bias", (d,))}
-    if cross:
-        out["q_kernel"] = proj["q"]
-        out["kv_kernel"] = np.stack([proj["k"], proj["v"]], axis=1)  # [D, 2, H, K]
-    else:
-        out["qkv_kernel"] = np.stack([proj["q"], proj["k"], proj["v"]], axis=1)  # [D, 3, H, K]
-    return out
-
-
-def _norm(w: _Weights, prefix: str, d: int) -> dict[str, dict[str, np.ndarray]]:
-    return {"norm": {"scale": w.take(f"{prefix}.weight", (d,)),
-                     "bias": w.take(f"{prefix}.bias", (d,))}}
-
-
-def _ffn(w: _Weights, prefix: str, cfg: ModelConfig) -> dict[str, dict[str, np.ndarray]]:
-    d, f = cfg.d_model, cfg.d_ff
-    return {"wi": {"kernel": w.take(f"{prefix}.fc1.weight", (f, d)).T,
-                   "bias": w.take(f"{prefix}.fc1.bias", (f,))},
-            "wo": {"kernel": w.take(f"{prefix}.fc2.weight", (d, f)).T,
-                   "bias": w.take(f"{prefix}.fc2.bias", (d,))}}
-
-
-def _layers(w: _Weights, cfg: ModelConfig, stack: str) -> dict[str, Any]:
-    out, d = {}, cfg.d_model
-    count = cfg.num_encoder_layers if stack == "encoder" else cfg.num_decoder_layers
-    for i in range(count):
-        p = f"model.{stack}.layers.{i}"
-        layer = {"self_attention": _attention(w, f"{p}.self_attn", cfg, cross=False),
-                 "ffn": _ffn(w, p, cfg), "ffn_residual": _norm(w, f"{p}.final_layer_norm", d)}
-        if stack == "encoder":
-            layer["attention_residual"] = _norm(w, f"{p}.self_attn_layer_norm", d)
-        else:
-            layer["self_residual"] = _norm(w, f"{p}.self_attn_layer_norm", d)
-            layer["cross_attention"] = _attention(w, f"{p}.encoder_attn", cfg, cross=True)
-            layer["cross_residual"] = _norm(w, f"{p}.encoder_attn_layer_norm", d)
-        out[f"layer_{i}"] = layer
-    return out
-
-
 def _check_positions(weights: Mapping[str, np.ndarray], cfg: ModelConfig) -> None:
     """A stored position table must be jformer's sinusoidal_concat (HF recomputes it on
     load, so most checkpoints leave it out)."""
@@ -275,34 +228,39 @@ def _check_positions(weights: Mapping[str, np.ndarray], cfg: ModelConfig) -> Non
 
 
 def convert_params(weights: Mapping[str, np.ndarray], cfg: ModelConfig) -> dict[str, Any]:
-    """jformer's parameter tree (float32 numpy) of a MarianMTModel state dict.
+    """jformer's parameter tree (float32 numpy) of a MarianMTModel state dict, by the
+    table of :mod:`jformer.interop.marian_names` (the export reads it the other way).
 
     Every weight is used or refused: a key no rule takes (an architecture this import
     does not know) is a MarianImportError naming it.
     """
-    w, v, d = _Weights(weights), cfg.vocab_size, cfg.d_model
+    w = _Weights(weights)
     _check_positions(weights, cfg)
     for stack in ("encoder", "decoder"):  # checked just above; recomputed by jformer
         w.skip(f"model.{stack}.embed_positions.weight")
-    params: dict[str, Any] = {"encoder": _layers(w, cfg, "encoder"),
-                              "decoder": _layers(w, cfg, "decoder")}
-    source, target = ("model.encoder.embed_tokens.weight",), ("model.decoder.embed_tokens.weight",)
-    lm_head = ("lm_head.weight",) if cfg.tie_output else ()
-    if cfg.share_embeddings:
-        params["shared_embedding"] = {"embedding": w.take_one(
-            ("model.shared.weight",) + source + target + lm_head, (v, d))}
-    else:
-        params["source_embedding"] = {"embedding": w.take_one(source, (v, d))}
-        params["target_embedding"] = {"embedding": w.take_one(target + lm_head, (v, d))}
-    bias_V = (w.take("final_logits_bias", (1, v))[0] if "final_logits_bias" in weights
-              else np.zeros(v, np.float32))  # HF initialises a missing one to zeros
-    if cfg.tie_output:
-        params["decoder"]["output_bias"] = bias_V
-    else:
-        params["decoder"]["output_projection"] = {
-            "kernel": w.take("lm_head.weight", (v, d)).T, "bias": bias_V}
+    params: dict[str, Any] = {}
+    fused: dict[tuple[str, ...], dict[int, np.ndarray]] = {}
+    for link in links(cfg):
+        if link.key == LOGITS_BIAS and link.key not in weights:
+            value = np.zeros(link.shape, np.float32)  # HF initialises a missing one to zeros
+        else:
+            value = w.take_one((link.key,) + link.aliases, link.shape)
+        if link.path is None:  # the key bias (the softmax cancels it), or no output bias
+            continue
+        if link.part is None:
+            _set(params, link.path, link.to_jformer(value))
+        else:
+            fused.setdefault(link.path, {})[link.part] = link.to_jformer(value)
+    for path, parts in fused.items():  # [D, H, K] each -> [D, 3|2, H, K]
+        _set(params, path, np.stack([parts[i] for i in sorted(parts)], axis=1))
     unused = w.unused()
     if unused:
         raise MarianImportError(f"{len(unused)} weights this import does not know (another "
                                 f"architecture?): {', '.join(unused[:8])}")
     return params
+
+
+def _set(tree: dict[str, Any], path: tuple[str, ...], value: np.ndarray) -> None:
+    for name in path[:-1]:
+        tree = tree.setdefault(name, {})
+    tree[path[-1]] = value

@@ -12,21 +12,6 @@ import dataclasses
 import re
 from typing import Any
 
-# ISO 639-1 code -> English name, for GET /languages: the languages LibreTranslate
-# (Argos Translate) offers; another code is named by itself.
-NAMES = {
-    "ar": "Arabic", "az": "Azerbaijani", "bg": "Bulgarian", "bn": "Bengali",
-    "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek",
-    "en": "English", "eo": "Esperanto", "es": "Spanish", "et": "Estonian",
-    "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish",
-    "gl": "Galician", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian",
-    "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
-    "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay", "nb": "Norwegian",
-    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
-    "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sq": "Albanian",
-    "sv": "Swedish", "th": "Thai", "tl": "Tagalog", "tr": "Turkish", "uk": "Ukrainian",
-    "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese",
-}
 # A BCP 47-like code: a 2-3 letter language, then optional subtags (pt-BR, zh-Hans).
 _CODE = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*")
 
@@ -73,8 +58,3 @@ class LanguagePair:
     def knows(self, code: str) -> bool:
         """Whether ``code`` is one of the pair's two languages (ignoring case)."""
         return code.lower() in (self.source.lower(), self.target.lower())
-
-
-def name(code: str) -> str:
-    """The English name of a code (its language subtag's), else the code itself."""
-    return NAMES.get(code.split("-")[0].lower(), code)

@@ -39,10 +39,11 @@ from typing import Any, Awaitable, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from jformer.data.languages import name
 from jformer.serve import errors, markup
 from jformer.serve.api_keys import ApiKeys
 from jformer.serve.errors import ApiError
-from jformer.serve.languages import LanguagePair, name
+from jformer.serve.languages import LanguagePair
 from jformer.serve.limits import ServeLimits
 from jformer.serve.schemas import TranslateRequest
 from jformer.serve.state import ServerState, time_left, translate as translate_texts

@@ -282,6 +282,14 @@ def read_only_manager(directory: str) -> ocp.CheckpointManager:
                                              save_interval_steps=0))
 
 
+def resolve_step(directory: str | os.PathLike, step: int | None = None) -> int:
+    """The step a checkpoint directory holds: ``step`` if saved there, else the latest
+    (FileNotFoundError naming the directory if it has none, or not that step)."""
+    directory = os.path.abspath(os.fspath(directory))
+    with contextlib.closing(read_only_manager(directory)) as manager:
+        return _resolve_step(manager, directory, step)
+
+
 def _resolve_step(manager: ocp.CheckpointManager, directory: str, step: int | None) -> int:
     """Returns `step`, or the latest step when None; raises if it is not there."""
     steps = sorted(manager.all_steps())

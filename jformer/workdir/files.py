@@ -10,6 +10,8 @@ A training workdir holds::
     spm.json           what the sentencepiece model(s) were learned from (jformer.data.pipeline)
     checkpoints/       orbax checkpoints (jformer.workdir.checkpoint)
     metrics.jsonl      one JSON row per log interval or evaluation (jformer.train.progress)
+    evaluations.jsonl  a test set's scores per ``jformer evaluate --record`` (with their
+                       sacreBLEU signatures; read by the exports' model cards)
     tensorboard/       TensorBoard events
     .train.lock        held by the training process (jformer.train.run_control)
 
@@ -26,7 +28,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from typing import Any
+from typing import Any, Mapping
 
 CONFIG_FILENAME = "config.json"
 SPM_FILENAME = "spm.model"
@@ -35,6 +37,7 @@ SEPARATE_SPM = {"source": "source.spm", "target": "target.spm"}  # data.vocab="s
 JOINT_VOCAB = "vocab.json"
 CHECKPOINTS_DIRNAME = "checkpoints"
 METRICS_FILENAME = "metrics.jsonl"
+EVALUATIONS_FILENAME = "evaluations.jsonl"  # jformer evaluate --record: test-set scores
 TENSORBOARD_DIRNAME = "tensorboard"
 LOCK_FILENAME = ".train.lock"
 BOM = "\ufeff"
@@ -155,3 +158,32 @@ def write_config(workdir: str | os.PathLike, cfg: Any) -> None:
     from jformer.config import to_dict
 
     write_json(os.path.join(os.fspath(workdir), CONFIG_FILENAME), to_dict(cfg))
+
+
+def append_evaluation(workdir: str | os.PathLike, row: Mapping[str, Any]) -> None:
+    """Appends one JSON row to ``<workdir>/evaluations.jsonl`` (``jformer evaluate
+    --record``: a test set's scores, their sacreBLEU signatures and what produced them)."""
+    with open(os.path.join(os.fspath(workdir), EVALUATIONS_FILENAME), "a",
+              encoding="utf-8") as f:
+        f.write(json.dumps(dict(row), sort_keys=True) + "\n")
+
+
+def read_evaluations(workdir: str | os.PathLike) -> list[dict]:
+    """The rows of ``<workdir>/evaluations.jsonl`` in file order ([] without the file);
+    a line that is not a JSON object is a ValueError naming the file and line."""
+    path = os.path.join(os.fspath(workdir), EVALUATIONS_FILENAME)
+    if not os.path.isfile(path):
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{number}: not JSON ({e})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object; got {line[:80]!r}")
+            rows.append(row)
+    return rows

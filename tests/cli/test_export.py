@@ -21,7 +21,8 @@ from jformer.data.tokenizer import Tokenizer  # noqa: E402
 from jformer.workdir import files  # noqa: E402
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
-EXPECTED_FILES = ["config.json", "model.bin", "shared_vocabulary.json", "spm.model"]
+EXPECTED_FILES = ["README.md", "config.json", "model.bin", "shared_vocabulary.json",
+                  "spm.model"]  # README.md: the model card
 
 
 def export(capsys, out, *options, workdir=LEGACY):

@@ -34,7 +34,8 @@ def test_export_writes_programs_params_tokenizer_and_manifest(tmp_path, capsys):
                                     "--method", "greedy", "--platforms", "cpu,tpu")
     assert status == 0, stderr
     assert stdout == f"exported {LEGACY} to {out} (jax.export, greedy, platforms cpu,tpu)\n"
-    assert sorted(os.listdir(out)) == ["cpu", "manifest.json", "params.npz", "spm.model", "tpu"]
+    assert sorted(os.listdir(out)) == ["README.md", "cpu", "manifest.json", "params.npz",
+                                       "spm.model", "tpu"]
     for platform in ("cpu", "tpu"):
         assert sorted(os.listdir(out / platform)) == ["bucket_16.jaxexport",
                                                       "bucket_64.jaxexport"]

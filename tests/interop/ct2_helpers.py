@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import sentencepiece as spm
 
@@ -17,6 +19,7 @@ from jformer.config import ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import Translator, forced
 from jformer.interop.ctranslate2_search import search_options
+from jformer.ops import transformer
 
 # Every axis of what the export must express, each value at least once. Encoder and
 # decoder depths differ, so a swapped stack fails; epsilon 1e-2 is far enough from
@@ -114,3 +117,27 @@ def assert_same_search(translator: Translator, ct2_translator, sentences: list[s
                                    err_msg=f"sentence {i}: {sentences[i]!r}")
         finished += bool(h.finished)
     return finished
+
+
+def perturbed_params(cfg: ModelConfig, seed: int = 0) -> dict:
+    """Random params in the model's tree, none at its initial value: kernels and
+    embeddings N(0, 1/fan_in), biases N(0, 0.1), LayerNorm scales 1 + N(0, 0.1), so a
+    misplaced bias or norm shows in the log-probs. (Drawn with numpy: no compile.)"""
+    dummy = jax.ShapeDtypeStruct((1, 4), jnp.int32)
+    shapes = jax.eval_shape(lambda a: transformer(cfg).init(jax.random.key(0), a, a),
+                            dummy)["params"]
+    rng = np.random.default_rng(seed)
+
+    def draw(path, leaf):
+        name, shape = path[-1].key, leaf.shape
+        if name == "scale":
+            x = 1.0 + rng.normal(0.0, 0.1, shape)
+        elif name.endswith("bias"):
+            x = rng.normal(0.0, 0.1, shape)
+        else:  # [in, ..., out] kernels ([H, K, D] out_kernel: in = H*K), tables
+            fan_in = shape[0] * shape[1] if name == "out_kernel" else shape[-1 if name in (
+                "embedding", "table") else 0]
+            x = rng.normal(0.0, fan_in ** -0.5, shape)
+        return x.astype(np.float32)
+
+    return jax.tree_util.tree_map_with_path(draw, shapes)

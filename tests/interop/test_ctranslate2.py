@@ -33,7 +33,7 @@ from jformer.ops import transformer  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
 from jformer.workdir import files  # noqa: E402
 from tests.interop.ct2_helpers import (VARIANTS, assert_same_search, ct2_pieces,  # noqa: E402
-                                       piece_ids, variant_config)
+                                       perturbed_params, piece_ids, variant_config)
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
 CORPUS = demo.generate_pairs(0, 300, 0, 12)
@@ -45,30 +45,6 @@ TARGETS = [de for _, de in CORPUS["test"]]
 def tokenizer(tmp_path_factory) -> Tokenizer:
     sentences = [s for pair in CORPUS["train"] for s in pair]
     return Tokenizer.train(sentences, tmp_path_factory.mktemp("spm") / "spm", vocab_size=400)
-
-
-def perturbed_params(cfg: ModelConfig, seed: int = 0) -> dict:
-    """Random params in the model's tree, none at its initial value: kernels and
-    embeddings N(0, 1/fan_in), biases N(0, 0.1), LayerNorm scales 1 + N(0, 0.1), so a
-    misplaced bias or norm shows in the log-probs. (Drawn with numpy: no compile.)"""
-    dummy = jax.ShapeDtypeStruct((1, 4), jnp.int32)
-    shapes = jax.eval_shape(lambda a: transformer(cfg).init(jax.random.key(0), a, a),
-                            dummy)["params"]
-    rng = np.random.default_rng(seed)
-
-    def draw(path, leaf):
-        name, shape = path[-1].key, leaf.shape
-        if name == "scale":
-            x = 1.0 + rng.normal(0.0, 0.1, shape)
-        elif name.endswith("bias"):
-            x = rng.normal(0.0, 0.1, shape)
-        else:  # [in, ..., out] kernels ([H, K, D] out_kernel: in = H*K), tables
-            fan_in = shape[0] * shape[1] if name == "out_kernel" else shape[-1 if name in (
-                "embedding", "table") else 0]
-            x = rng.normal(0.0, fan_in ** -0.5, shape)
-        return x.astype(np.float32)
-
-    return jax.tree_util.tree_map_with_path(draw, shapes)
 
 
 def export(cfg, params, tok: Tokenizer, out) -> "ctranslate2.Translator":

@@ -173,6 +173,11 @@ def test_programs_give_the_translators_hypotheses(case, sentences, translator, g
                            cfg.eos_id)
 
 
+def test_the_export_has_a_model_card(greedy_export):
+    card = open(os.path.join(greedy_export, "README.md"), encoding="utf-8").read()
+    assert "jax.export (greedy, platforms cpu)" in card and "step 400" in card
+
+
 def test_parameters_are_an_argument_not_constants(sentences, greedy_export, tmp_path):
     """Programs exported from step 400 run step 200's parameters as the step-200
     Translator does; a program file is smaller than the parameters, while the same

@@ -1,7 +1,8 @@
 """The served language pair: --languages parsing, codes checked, names for /languages."""
 import pytest
 
-from jformer.serve.languages import LanguagePair, name
+from jformer.data.languages import name
+from jformer.serve.languages import LanguagePair
 
 
 def test_parse_gives_the_pair_and_names_a_bad_flag():
