@@ -50,7 +50,7 @@ def streamed(client, body: dict) -> tuple[list[dict], dict]:
     return [data for _, data in events[:-1]], events[-1][1]
 
 
-@pytest.mark.parametrize("method", ["greedy", "sample"])
+@pytest.mark.parametrize("method", ["greedy", pytest.param("sample", marks=pytest.mark.slow)])
 def test_increments_join_to_the_translate_answer(client, method):
     for q in SENTENCES[:3]:
         body = {"q": q, "method": method}
