@@ -2,7 +2,7 @@
 
     python bench/streaming.py --workdir /work/democlone/runs/demo
     python bench/streaming.py --workdir /work/runs/m30 --checkpoint-dir /work/runs/m30/avg5 \\
-        --source /work/shared/data/multi30k/test2016.en
+        --dtype auto --source /work/shared/data/multi30k/test2016.en
         [--sentences 5] [--methods greedy,beam] [--steps 2] [--repeats 3]
 
 For each sentence (the first --sentences lines of --source, or of the run's demo test
@@ -20,6 +20,7 @@ is doing: report figures with the load they were measured under.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -92,9 +93,14 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2, help="decode steps per update")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", default=None, help="decode.dtype (default: the run's; "
+                        "auto: float32 on a CPU)")
     args = parser.parse_args()
     config = files.load_config(args.workdir)
-    translator = Translator.from_checkpoint(args.workdir, args.checkpoint_dir)
+    decode = config.decode if args.dtype is None else dataclasses.replace(config.decode,
+                                                                        dtype=args.dtype)
+    translator = Translator.from_checkpoint(args.workdir, args.checkpoint_dir,
+                                            decode_cfg=decode)
     print(f"{args.workdir} (checkpoint {args.checkpoint_dir or 'latest'}), decode.dtype="
           f"{translator.decode_cfg.dtype}, steps per update {args.steps}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
