@@ -94,3 +94,38 @@ def test_errors_before_the_stream_are_json_naming_the_field(client):
     assert_error(post(client, {"q": "x" * 301}, STREAM), 413, "too_large", "q")
     increments, done = streamed(client, {"q": SENTENCES[2], "method": "greedy"})
     assert done["translation"] == "".join(d["text"] for d in increments)
+
+
+class FailingDecode:
+    """The tokenizer, but decoding output ids fails from the ``after``-th call on."""
+
+    def __init__(self, inner, after):
+        self._inner, self.calls, self.after = inner, 0, after
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def decode(self, rows, *args, **kwargs):
+        self.calls += 1
+        if self.calls >= self.after:
+            raise RuntimeError("the decoder ran out of memory")
+        return self._inner.decode(rows, *args, **kwargs)
+
+
+def test_an_error_during_the_stream_is_an_error_event_and_the_server_goes_on(translator):
+    from tests.serve.test_app import Proxy
+
+    proxy = Proxy(translator)
+    with serve(proxy) as c:
+        wait_ready(c)
+        proxy.tokenizer = FailingDecode(translator.tokenizer, after=2)
+        r = c.post(STREAM, json={"q": SENTENCES[0], "method": "greedy"})
+        assert r.status_code == 200  # the first update came before the failure
+        events = parse_events(r.text)
+        assert [name for name, _ in events] == ["message", "error"]
+        error = events[-1][1]["error"]
+        assert (error["code"], error["reason"]) == (500, "internal")
+        assert "out of memory" in error["message"]
+        proxy.tokenizer.after = 10 ** 9
+        increments, done = streamed(c, {"q": SENTENCES[2], "method": "greedy"})
+        assert done["translation"] == "".join(d["text"] for d in increments)
