@@ -4,8 +4,12 @@ The stream runs the searches step by step in its own compiled pieces; its last u
 must be exactly what ``Translator.translate`` returns for the same settings, and the
 increments of greedy search and sampling must join to it without ever taking text back.
 """
+import dataclasses
+
 import jax
 import pytest
+
+from jformer.data import demo
 
 from jformer.inference.streaming import StreamUpdate, _advance, settled, stream
 from jformer.inference.translator import Translator
@@ -19,9 +23,13 @@ SAMPLED = ["Five.", "Hello", "I see two apples."]
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory):
-    cfg, params, tok = build_setup(str(tmp_path_factory.mktemp("spm")))
-    return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
+def setup(tmp_path_factory):
+    return build_setup(str(tmp_path_factory.mktemp("spm")))
+
+
+@pytest.fixture(scope="module")
+def translator(setup):
+    return Translator(*setup, DECODE, chunk_size=CHUNK)
 
 
 def check_appends(updates: list[StreamUpdate], expected: str) -> None:
@@ -95,6 +103,20 @@ def test_every_method_and_sentence_streams_to_translate(translator, steps):
     check_greedy(translator, SHORT, steps)
     check_sample(translator, SHORT[:2] + SHORT[3:], steps)
     check_beam(translator, SHORT, steps)
+
+
+@pytest.mark.slow  # compiles both methods for several buckets (minutes under load)
+def test_an_overlong_sentence_streams_its_pieces_joined_as_translate_does(setup):
+    translator = Translator(*setup, dataclasses.replace(DECODE, overlong="split"),
+                            chunk_size=CHUNK)
+    text = " ".join(en for en, _ in demo.generate_pairs(1, 6, 0, 0)["train"])
+    count = len(translator.tokenizer.encode([text])[0])
+    assert count > translator.model_cfg.max_len  # cut into pieces
+    for method in ("greedy", "sample"):
+        (expected,) = translator.translate([text], method=method, max_len=8)
+        updates = list(stream(translator, text, method=method, max_len=8, steps=4))
+        check_appends(updates, expected)
+        assert " " in expected.strip()  # several pieces' texts, with their separator
 
 
 def test_same_shape_reuses_the_compiled_programs(translator):
