@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +44,9 @@ from jformer.inference.settings import SearchSettings, check_positive_int
 from jformer.inference.sources import Sources
 from jformer.model import Ops, Transformer
 from jformer.types import Array, PyTree
+
+if TYPE_CHECKING:  # an argument only: streaming is not a part of the Translator
+    from jformer.inference.translator import Translator
 
 
 _UNSETTLED = re.compile(r"[\s\ufffd]+\Z")
@@ -136,10 +139,11 @@ def _advance(params: PyTree, prepared: PyTree, cache: PyTree, carry: PyTree, sta
     return (carry, *run.best(carry))
 
 
-def stream(translator, sentence: str, *, method: str = "beam", beam_size: int | None = None,
-           alpha: float | None = None, max_len: int | None = None,
-           temperature: float | None = None, top_k: int | None = None,
-           rng: Array | None = None, steps: int = 2) -> Iterator[StreamUpdate]:
+def stream(translator: Translator, sentence: str, *, method: str = "beam",
+           beam_size: int | None = None, alpha: float | None = None,
+           max_len: int | None = None, temperature: float | None = None,
+           top_k: int | None = None, rng: Array | None = None,
+           steps: int = 2) -> Iterator[StreamUpdate]:
     """Translates one sentence, yielding :class:`StreamUpdate`\\ s as decoding advances.
 
     Settings as in :meth:`Translator.translate` (one sentence, n_best 1; ``rng``: the
@@ -160,8 +164,8 @@ def stream(translator, sentence: str, *, method: str = "beam", beam_size: int | 
     return _updates(translator, settings, pieces, keys, seg, steps)
 
 
-def _updates(translator, settings: SearchSettings, pieces: list, keys: list, seg,
-             steps: int) -> Iterator[StreamUpdate]:
+def _updates(translator: Translator, settings: SearchSettings, pieces: list, keys: list,
+             seg, steps: int) -> Iterator[StreamUpdate]:
     """The updates of :func:`stream`: the pieces decoded in turn, their texts joined with
     the separators they were cut at."""
     beam = settings.method == "beam" and settings.beam_size > 1  # as settings.spec
@@ -194,7 +198,7 @@ def settled(text: str) -> str:
     return _UNSETTLED.sub("", text)
 
 
-def _piece_tokens(translator, settings: SearchSettings, ids: np.ndarray | None,
+def _piece_tokens(translator: Translator, settings: SearchSettings, ids: np.ndarray | None,
                   keys_B: Array, steps: int, total: int
                   ) -> Iterator[tuple[np.ndarray, bool, int]]:
     """One source's best tokens so far [T] after every ``steps`` decode steps, with
