@@ -64,6 +64,7 @@ def test_increments_join_to_the_translate_answer(client, method):
     assert len(increments) >= 2  # the last sentence streamed in pieces
 
 
+@pytest.mark.slow  # compiles beam search's stream; its exactness: tests/inference
 def test_beam_streams_the_best_so_far_and_ends_with_the_answer(client, translator):
     body = {"q": SENTENCES[0], "method": "beam", "beam_size": 3, "alpha": 0.6}
     bests, done = streamed(client, body)
