@@ -3,13 +3,18 @@
 Nothing here knows the model: a search takes ``step_fn(tokens, step, state) -> (logits,
 state)`` (:mod:`jformer.search.loop`), so it is tested on toy Markov chains.
 """
-from jformer.search.beam import Candidates, Reorder, beam_search, gather_rows, top_extensions
+from jformer.search.beam import (Candidates, Reorder, beam_init, beam_result, beam_search,
+                                 beam_step, gather_rows, top_extensions)
 from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_knob,
                                  chunked_decode_loop, host_length_penalty, length_penalty)
 from jformer.search.prefix import Constraint, prefix_constraint
-from jformer.search.sampling import greedy_search, row_keys, sample, typed_keys
+from jformer.search.sampling import (greedy_chooser, greedy_search, row_keys, sample,
+                                     sample_chooser, token_init, token_result, token_step,
+                                     typed_keys)
 
-__all__ = ["Candidates", "Constraint", "DecodeResult", "Reorder", "StepFn", "argmax", "beam_search",
+__all__ = ["Candidates", "Constraint", "DecodeResult", "Reorder", "StepFn", "argmax",
+           "beam_init", "beam_result", "beam_search", "beam_step", "greedy_chooser",
+           "sample_chooser", "token_init", "token_result", "token_step",
            "call_step_fn", "check_knob",
            "chunked_decode_loop", "gather_rows", "greedy_search", "host_length_penalty",
            "length_penalty", "prefix_constraint", "row_keys",

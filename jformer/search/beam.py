@@ -222,20 +222,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     if eos_candidates not in EOS_CANDIDATES:
         raise ValueError(f"eos_candidates must be one of {EOS_CANDIDATES}; "
                          f"got {eos_candidates!r}")
-    b, w = batch_size, beam_size
-    # Only beam 0 starts alive, so the W identical copies do not fill the beam.
-    first_alive_W = jnp.where(jnp.arange(w) == 0, 0.0, -jnp.inf).astype(jnp.float32)
-    init = _BeamCarry(
-        # [B, ...] -> [B*W, ...], each row repeated W times (row b*W + w = beam w of b)
-        state=(jax.tree.map(lambda x: jnp.repeat(x, w, axis=0), state) if reorder is None
-               else state),
-        prev_BW=jnp.full((b, w), bos_id, jnp.int32),
-        alive_BWT=jnp.full((b, w, max_len), pad_id, jnp.int32),
-        alive_logp_BW=jnp.broadcast_to(first_alive_W, (b, w)),
-        fin_BWT=jnp.full((b, w, max_len), pad_id, jnp.int32),
-        fin_score_BW=jnp.full((b, w), -jnp.inf, jnp.float32),
-        done_B=jnp.zeros((b,), bool),
-        steps_B=jnp.zeros((b,), jnp.int32))
+    init = beam_init(state, batch_size=batch_size, beam_size=beam_size, max_len=max_len,
+                     bos_id=bos_id, pad_id=pad_id, tile=reorder is None)
 
     def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
         return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
@@ -245,5 +233,46 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)
-    return DecodeResult(*_final_beams(out, alpha=alpha, eos_id=eos_id, pad_id=pad_id),
+    return beam_result(out, num_steps, alpha=alpha, eos_id=eos_id, pad_id=pad_id)
+
+
+# ------------------------------------------------------------ one step at a time
+# The pieces of beam_search for a caller that runs the steps itself (a stream that reads
+# the best hypothesis between steps): beam_init, then beam_step for step = 0, 1, ...,
+# then beam_result. Run in the same order they give beam_search's result exactly.
+
+
+def beam_init(state: PyTree, *, batch_size: int, beam_size: int, max_len: int, bos_id: int,
+              pad_id: int, tile: bool = True) -> _BeamCarry:
+    """The beam carry before step 0: only beam 0 alive (so the W identical copies do
+    not fill the beam), nothing finished. ``tile``: repeat every state leaf W times,
+    [B, ...] -> [B*W, ...] (row b*W + w = beam w of row b); False: ``state`` already
+    holds the B*W hypotheses in the step function's own layout (a ``reorder``)."""
+    b, w = batch_size, beam_size
+    first_alive_W = jnp.where(jnp.arange(w) == 0, 0.0, -jnp.inf).astype(jnp.float32)
+    return _BeamCarry(
+        state=jax.tree.map(lambda x: jnp.repeat(x, w, axis=0), state) if tile else state,
+        prev_BW=jnp.full((b, w), bos_id, jnp.int32),
+        alive_BWT=jnp.full((b, w, max_len), pad_id, jnp.int32),
+        alive_logp_BW=jnp.broadcast_to(first_alive_W, (b, w)),
+        fin_BWT=jnp.full((b, w, max_len), pad_id, jnp.int32),
+        fin_score_BW=jnp.full((b, w), -jnp.inf, jnp.float32),
+        done_B=jnp.zeros((b,), bool),
+        steps_B=jnp.zeros((b,), jnp.int32))
+
+
+def beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder | None,
+              **settings) -> _BeamCarry:
+    """One step of beam search for every row (done rows keep their values); ``reorder``
+    None: :func:`gather_rows`; ``settings``: beam_search's (max_len, alpha, eos_id,
+    pad_id, min_len, n_best, candidates, eos_candidates, constrain)."""
+    return _beam_step(c, step, step_fn, reorder or gather_rows, **settings)
+
+
+def beam_result(c: _BeamCarry, num_steps: jax.Array, *, alpha: jax.typing.ArrayLike,
+                eos_id: int, pad_id: int) -> DecodeResult:
+    """The carry as beam_search's DecodeResult: each row's best W, finished first. Read
+    between steps, its first hypothesis is the best so far (the best finished one, or
+    the best alive one while none finished)."""
+    return DecodeResult(*_final_beams(c, alpha=alpha, eos_id=eos_id, pad_id=pad_id),
                         num_steps)

@@ -29,6 +29,42 @@ class _TokenCarry(NamedTuple):
 Chooser = Callable[[jax.Array, jax.Array], jax.Array]  # (logp_BV, step) -> int32 [B]
 
 
+def token_init(state: PyTree, *, batch_size: int, max_len: int, bos_id: int,
+               pad_id: int) -> _TokenCarry:
+    """The carry of greedy search and sampling before step 0 (nothing written)."""
+    return _TokenCarry(state=state,
+                       prev_B=jnp.full((batch_size,), bos_id, jnp.int32),
+                       done_B=jnp.zeros((batch_size,), bool),
+                       score_B=jnp.zeros((batch_size,), jnp.float32),
+                       tokens_BT=jnp.full((batch_size, max_len), pad_id, jnp.int32))
+
+
+def token_step(c: _TokenCarry, step: jax.Array, step_fn: StepFn, choose: Chooser, *,
+               eos_id: int, pad_id: int, min_len: int,
+               constrain: Constraint | None = None) -> _TokenCarry:
+    """One step of greedy search or sampling for every row; done rows write pad_id."""
+    logp_BV, new_state = call_step_fn(step_fn, c.prev_B, step, c.state,
+                                      eos_id=eos_id, min_len=min_len,
+                                      constrain=constrain, written_NT=c.tokens_BT)
+    token_B = jnp.where(c.done_B, pad_id, choose(logp_BV, step)).astype(jnp.int32)
+    token_logp_B = jnp.take_along_axis(logp_BV, token_B[:, None], axis=1)[:, 0]
+    return _TokenCarry(
+        state=new_state,
+        prev_B=token_B,
+        done_B=c.done_B | (token_B == eos_id),
+        score_B=c.score_B + jnp.where(c.done_B, 0.0, token_logp_B),
+        tokens_BT=lax.dynamic_update_slice(c.tokens_BT, token_B[:, None], (0, step)))
+
+
+def token_result(c: _TokenCarry, num_steps: jax.Array, *, eos_id: int) -> DecodeResult:
+    """The carry as a DecodeResult: the first EOS ends a row (its position + 1 is the
+    length; a row without one has length max_len)."""
+    max_len = c.tokens_BT.shape[1]
+    first_eos_B = jnp.argmax(c.tokens_BT == eos_id, axis=1).astype(jnp.int32)
+    lengths_B = jnp.where(c.done_B, first_eos_B + 1, max_len)
+    return DecodeResult(c.tokens_BT, c.score_B, lengths_B, c.done_B, num_steps)
+
+
 def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size: int,
                   max_len: int, bos_id: int, eos_id: int, pad_id: int, chunk_size: int,
                   min_len: int, constrain: Constraint | None) -> DecodeResult:
@@ -38,29 +74,19 @@ def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size
                                    eos_id=eos_id, pad_id=pad_id)
 
     def body(c: _TokenCarry, step: jax.Array) -> _TokenCarry:
-        logp_BV, new_state = call_step_fn(step_fn, c.prev_B, step, c.state,
-                                          eos_id=eos_id, min_len=min_len,
-                                          constrain=constrain, written_NT=c.tokens_BT)
-        token_B = jnp.where(c.done_B, pad_id, choose(logp_BV, step)).astype(jnp.int32)
-        token_logp_B = jnp.take_along_axis(logp_BV, token_B[:, None], axis=1)[:, 0]
-        return _TokenCarry(
-            state=new_state,
-            prev_B=token_B,
-            done_B=c.done_B | (token_B == eos_id),
-            score_B=c.score_B + jnp.where(c.done_B, 0.0, token_logp_B),
-            tokens_BT=lax.dynamic_update_slice(c.tokens_BT, token_B[:, None], (0, step)))
+        return token_step(c, step, step_fn, choose, eos_id=eos_id, pad_id=pad_id,
+                          min_len=min_len, constrain=constrain)
 
-    init = _TokenCarry(state=state,
-                       prev_B=jnp.full((batch_size,), bos_id, jnp.int32),
-                       done_B=jnp.zeros((batch_size,), bool),
-                       score_B=jnp.zeros((batch_size,), jnp.float32),
-                       tokens_BT=jnp.full((batch_size, max_len), pad_id, jnp.int32))
+    init = token_init(state, batch_size=batch_size, max_len=max_len, bos_id=bos_id,
+                      pad_id=pad_id)
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)
-    # The first EOS ends the output: its position + 1 is the length.
-    first_eos_B = jnp.argmax(out.tokens_BT == eos_id, axis=1).astype(jnp.int32)
-    lengths_B = jnp.where(out.done_B, first_eos_B + 1, max_len)
-    return DecodeResult(out.tokens_BT, out.score_B, lengths_B, out.done_B, num_steps)
+    return token_result(out, num_steps, eos_id=eos_id)
+
+
+def greedy_chooser(argmax: Callable[[jax.Array], jax.Array] = argmax) -> Chooser:
+    """Greedy search's :data:`Chooser`: the best token (``argmax``) at every step."""
+    return lambda logp_BV, step: argmax(logp_BV)
 
 
 def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: int,
@@ -84,7 +110,7 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
       DecodeResult with tokens [B, max_len], scores [B] (log-prob sums, no length
       penalty), lengths [B], finished [B] and num_steps.
     """
-    return _token_search(step_fn, state, lambda logp_BV, step: argmax(logp_BV),
+    return _token_search(step_fn, state, greedy_chooser(argmax),
                          batch_size=batch_size, max_len=max_len, bos_id=bos_id,
                          eos_id=eos_id, pad_id=pad_id, chunk_size=chunk_size,
                          min_len=min_len, constrain=constrain)
@@ -136,6 +162,18 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
     tokens. ``best_k``: ``lax.top_k``'s contract, for ``top_k``. Other arguments
     (``constrain`` included) and the result are as in :func:`greedy_search`.
     """
+    choose = sample_chooser(rng, batch_size=batch_size, temperature=temperature,
+                            top_k=top_k, best_k=best_k)
+    return _token_search(step_fn, state, choose, batch_size=batch_size, max_len=max_len,
+                         bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
+                         chunk_size=chunk_size, min_len=min_len, constrain=constrain)
+
+
+def sample_chooser(rng: jax.Array, *, batch_size: int,
+                   temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0,
+                   best_k: Callable = lax.top_k) -> Chooser:
+    """Sampling's :data:`Chooser` (arguments as in :func:`sample`): row b draws step t
+    with ``fold_in(key_b, t)``."""
     check_knob(temperature, "temperature", strict=True)
     top_k = check_int(top_k, "top_k", 0)
     keys_B = row_keys(rng, check_int(batch_size, "batch_size", 1))
@@ -156,6 +194,4 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
         pick_B = draw(top_logp_BK, step)
         return jnp.take_along_axis(top_ids_BK, pick_B[:, None], axis=1)[:, 0]
 
-    return _token_search(step_fn, state, choose, batch_size=batch_size, max_len=max_len,
-                         bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
-                         chunk_size=chunk_size, min_len=min_len, constrain=constrain)
+    return choose

@@ -1,6 +1,8 @@
 """The ASGI application: routes, start-up (load, warm up, ready) and shutdown (drain).
 
     POST /v1/translate   translations, batched with other requests (jformer.serve.batcher)
+    POST /v1/translate/stream   one line's translation as server-sent events, as it
+                         grows (jformer.serve.streaming)
     POST /v1/attention   cross-attention weights of one line, per layer and head
     GET  /v1/health      liveness: 200 while the decoder thread lives
     GET  /v1/ready       200 once the model is loaded and warmed; 503 before and draining
@@ -43,6 +45,7 @@ from jformer.serve.schemas import (AttentionRequest, AttentionResponse, ErrorRes
 from jformer.serve.scoring import score
 from jformer.serve.state import Loader, ServerState, on_decoder, read_body
 from jformer.serve.state import translate as translate_texts
+from jformer.serve.streaming import translate_stream
 from jformer.serve.text import LINE_BREAK, TextError, check_text
 
 logger = logging.getLogger("jformer.serve")
@@ -104,6 +107,10 @@ def _add_routes(app: FastAPI) -> None:
     app.add_api_route("/metrics", metrics, summary="Prometheus metrics")
     app.add_api_route("/v1/translate", translate, methods=["POST"], summary="Translate texts",
                       response_model=TranslateResponse, responses=_ERRORS,
+                      openapi_extra=_body(TranslateRequest))
+    app.add_api_route("/v1/translate/stream", translate_stream, methods=["POST"],
+                      summary="Translate one line, streamed as server-sent events",
+                      responses={200: {"content": {"text/event-stream": {}}}, **_ERRORS},
                       openapi_extra=_body(TranslateRequest))
     app.add_api_route("/v1/score", score, methods=["POST"],
                       summary="Score given translations (forced decoding)",

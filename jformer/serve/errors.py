@@ -55,12 +55,16 @@ class ApiError(Exception):
 
 
 def error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error_body(error), status_code=error.status, headers=error.headers)
+
+
+def error_body(error: ApiError) -> dict[str, Any]:
+    """The JSON of an error: {"error": {code, reason, message, field}}."""
     # A message may quote the client's text: a lone surrogate (from a JSON escape)
     # cannot be UTF-8 encoded, so it is written as its escape instead.
-    body = {"error": {"code": error.status, "reason": error.reason,
+    return {"error": {"code": error.status, "reason": error.reason,
                       "message": printable(error.message),
                       "field": None if error.field is None else printable(error.field)}}
-    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 def install_handlers(app: FastAPI) -> None:

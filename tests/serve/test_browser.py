@@ -103,3 +103,21 @@ def test_type_translate_and_read_the_translation_and_heatmap(server, browser, tr
     shot = tmp_path / "serve_page.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     print(f"screenshot: {shot}")
+
+
+@pytest.mark.slow  # ~10 s; /v1/translate/stream itself: tests/serve/test_streaming_api.py
+def test_stream_shows_each_lines_translation_as_it_is_decoded(server, browser, translator):
+    lines = [SENTENCES[1], SENTENCES[0]]
+    wait = WebDriverWait(browser, 120)
+    browser.get(server + "/")
+    wait.until(lambda d: d.find_element(By.ID, "translate").is_enabled())
+    Select(browser.find_element(By.ID, "method")).select_by_value("greedy")
+    browser.find_element(By.ID, "stream").click()
+    browser.find_element(By.ID, "source").send_keys(lines[0] + "\n" + lines[1])
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: "streamed" in d.find_element(By.ID, "meta").text)
+    want = translator.translate(lines, method="greedy")
+    assert browser.find_element(By.ID, "result").text == "\n".join(want)
+    assert "first text" in browser.find_element(By.ID, "meta").text
+    assert not browser.find_element(By.ID, "error").is_displayed()
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -1,4 +1,5 @@
-// The jformer page: translate with /v1/translate, show cross-attention from /v1/attention.
+// The jformer page: translate with /v1/translate (or, with "Stream", line by line with
+// /v1/translate/stream, shown as it is decoded), show cross-attention from /v1/attention.
 // Plain script, no build step and nothing fetched from elsewhere: works offline.
 "use strict";
 
@@ -55,10 +56,14 @@ async function translate() {
   $("error").hidden = true;
   const started = performance.now();
   try {
-    const data = await api("/v1/translate", request);
-    $("result").textContent = data.translations[0];
-    const ms = Math.round(performance.now() - started);
-    $("meta").textContent = `${ms} ms` + (data.seed !== undefined ? ` · seed ${data.seed}` : "");
+    if ($("stream").checked) {
+      await translateStreaming(text, request, started);
+    } else {
+      const data = await api("/v1/translate", request);
+      $("result").textContent = data.translations[0];
+      const ms = Math.round(performance.now() - started);
+      $("meta").textContent = `${ms} ms` + (data.seed !== undefined ? ` · seed ${data.seed}` : "");
+    }
     state.lines = text.split(/\r\n|\r|\n/).filter((line) => line.trim() !== "");
     fillSelect($("att-line"), state.lines.map((line, i) =>
       [i, line.length > 60 ? line.slice(0, 57) + "…" : line]));
@@ -69,6 +74,67 @@ async function translate() {
   } finally {
     button.disabled = false;
   }
+}
+
+// ------------------------------------------------------------------ streaming
+// Each non-blank line streams on its own (a line samples with the seed as line 0 does).
+async function translateStreaming(text, request, started) {
+  const lines = text.split(/\r\n|\r|\n/);
+  const shown = lines.map(() => "");
+  let first = null, seed;
+  const meta = $("meta");
+  meta.textContent = "streaming…";
+  for (const [i, line] of lines.entries()) {
+    if (line.trim() === "") continue;
+    const done = await streamLine({ ...request, q: line }, (partial) => {
+      shown[i] = partial;
+      $("result").textContent = shown.join("\n");
+      first = first ?? performance.now();
+    });
+    shown[i] = done.translation;
+    seed = done.seed;
+  }
+  $("result").textContent = shown.join("\n");
+  const ms = (t) => Math.round(t - started);
+  meta.textContent = (first !== null ? `first text ${ms(first)} ms · ` : "") +
+    `${ms(performance.now())} ms streamed` + (seed !== undefined ? ` · seed ${seed}` : "");
+}
+
+// Server-sent events of one line: {"text": added} or {"best": so far}, then "done".
+async function streamLine(request, show) {
+  const response = await fetch("/v1/translate/stream", {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(request),
+  });
+  if (!response.ok) {
+    let data = null;
+    try { data = await response.json(); } catch (e) { /* not JSON */ }
+    throw new Error(`${response.status}: ${data && data.error ? data.error.message : response.statusText}`);
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "", text = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("the stream ended before its done event");
+    buffer += value;
+    for (let cut = buffer.indexOf("\n\n"); cut >= 0; cut = buffer.indexOf("\n\n")) {
+      const event = parseEvent(buffer.slice(0, cut));
+      buffer = buffer.slice(cut + 2);
+      if (event.name === "error") throw new Error(`${event.data.error.code}: ${event.data.error.message}`);
+      if (event.name === "done") return event.data;
+      text = event.data.text !== undefined ? text + event.data.text : event.data.best;
+      show(text);
+    }
+  }
+}
+
+function parseEvent(block) {
+  let name = "message", data = null;
+  for (const line of block.split("\n")) {
+    if (line.startsWith("event: ")) name = line.slice(7);
+    else if (line.startsWith("data: ")) data = JSON.parse(line.slice(6));
+  }
+  return { name, data };
 }
 
 function showError(e) {
