@@ -24,7 +24,7 @@ def _score_ids(translator, sources, targets, alpha, batch_size=4):
                             sources, targets, translator.buckets, batch_size, alpha)
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6])
+@pytest.mark.parametrize("alpha", [pytest.param(0.0, marks=pytest.mark.slow), 0.6])
 def test_scoring_beam_outputs_gives_back_their_search_scores(translator, alpha):
     hyps = translator.translate(SENTENCES, beam_size=3, alpha=alpha, n_best=3,
                                 return_scores=True)

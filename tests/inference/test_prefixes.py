@@ -23,7 +23,9 @@ def prefix_ids(translator, text):
     return translator.tokenizer.encode([text], add_eos=False, side="target")[0].tolist()
 
 
-@pytest.mark.parametrize("method", ["beam", "greedy", "sample"])
+# Beam by default; greedy and sampling compile their own programs (slow).
+@pytest.mark.parametrize("method", ["beam", pytest.param("greedy", marks=pytest.mark.slow),
+                                    pytest.param("sample", marks=pytest.mark.slow)])
 def test_every_output_begins_with_its_prefix(translator, method):
     out = translator.translate(SENTENCES, method=method, return_scores=True,
                                target_prefix=PREFIXES)
@@ -48,7 +50,7 @@ def test_a_mixed_batch_equals_each_sentence_alone(translator):
         assert alone.score == pytest.approx(h.score, abs=1e-5)
 
 
-@pytest.mark.parametrize("method", ["beam", "greedy"])
+@pytest.mark.parametrize("method", ["beam", pytest.param("greedy", marks=pytest.mark.slow)])
 def test_the_prefix_counts_with_its_teacher_forced_log_probability(translator, method):
     out = translator.translate(SENTENCES, method=method, alpha=0.6, return_scores=True,
                                target_prefix=PREFIXES)
