@@ -39,6 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(decode.alignment_layer / alignment_head): 'translation ||| 0-0 "
                         "2-1 1-2', Moses source-target word index pairs (with --n-best: "
                         "a fourth field)")
+    p.add_argument("--alignment-layer", type=int, default=None, metavar="L",
+                   help="decoder layer whose cross-attention gives --alignments (negative: "
+                        "from the end; default: the run's decode.alignment_layer, the last)")
+    p.add_argument("--alignment-head", type=int, default=None, metavar="H",
+                   help="that layer's head (e.g. a guided one; default: the mean of all)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 

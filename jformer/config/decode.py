@@ -43,9 +43,9 @@ class DecodeConfig:
     # (jformer.inference.precision; its BLEU cost and speed: docs/results.md)
     dtype: str = "auto"
     # Word alignments (jformer.inference.alignment): the decoder layer whose
-    # cross-attention is read (an index; negative counts from the end; None: the
-    # penultimate, as Garg et al. 2019, the only one of a one-layer decoder) and its
-    # head (None: the mean over heads, as fairseq and Marian; a guided head's index)
+    # cross-attention is read (an index; negative counts from the end; None: the last,
+    # as fairseq and Marian) and its head (None: the mean over heads, as fairseq; a
+    # guided head's index)
     alignment_layer: int | None = None
     alignment_head: int | None = None
 

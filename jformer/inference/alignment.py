@@ -8,10 +8,10 @@
 Alignments come after decoding, not from the searches: the teacher-forced model reads
 (source, output) (forced decoding, :mod:`.forced`) with ``mutable=["intermediates"]``,
 where every attention sows its weights, and one decoder layer's cross-attention is kept:
-decode.alignment_layer (default the penultimate, which Garg et al. 2019 found aligns
-best), averaged over heads as fairseq and Marian do, or one head (decode.alignment_head,
-e.g. the head trained with guided alignment, :func:`jformer.model.losses.
-guided_alignment_loss`). Row t of those weights [T, S] is the query that predicts output
+decode.alignment_layer (default the last, as fairseq and Marian; it aligns far better
+than the penultimate in jformer's two-layer demo models, docs/decoding.md), averaged over
+heads as fairseq does, or one head (decode.alignment_head, e.g. the head trained with
+guided alignment, :func:`jformer.model.losses.guided_alignment_loss`). Row t of those weights [T, S] is the query that predicts output
 piece t.
 
 Pieces to words: a word is a piece that starts with sentencepiece's U+2581 marker and the
@@ -118,7 +118,7 @@ def alignment_source(model_cfg: ModelConfig, decode_cfg: DecodeConfig) -> tuple[
     layers, heads = model_cfg.num_decoder_layers, model_cfg.num_heads
     layer, head = decode_cfg.alignment_layer, decode_cfg.alignment_head
     if layer is None:
-        layer = max(layers - 2, 0)
+        layer = layers - 1
     if not -layers <= layer < layers:
         raise ValueError(f"decode.alignment_layer must be in [{-layers}, {layers}) for a "
                          f"{layers}-layer decoder; got {layer}")

@@ -1,6 +1,7 @@
 """Tests for jformer/inference/alignment.py: pieces to words, the argmax, the Moses
 format, AER, and alignments of translations on the tiny model (batching changes
 nothing; they are the attention maps' weights; bad settings are refused by name)."""
+import copy
 import dataclasses
 
 import numpy as np
@@ -92,6 +93,9 @@ def test_translations_carry_word_level_alignments(translator):
 def test_a_batch_aligns_as_one_by_one(translator):
     targets = ["Fünf.", "Ich sehe zwei Äpfel.", "Die Zahl ist drei.", "Es ist spät.",
                "Wir brauchen ein Auto.", "Hallo", "Wir sehen heute fünf rote Autos."]
+    # Layer 0: the random model's last layer gives nearly every word one source word.
+    translator = copy.copy(translator)
+    translator.decode_cfg = dataclasses.replace(DECODE, alignment_layer=0)
     batch = translator.align(SENTENCES, targets, batch_size=4)
     for sentence, target, links in zip(SENTENCES, targets, batch):
         assert [j for _, j in links] == list(range(len(target.split())))
@@ -106,7 +110,7 @@ def test_alignments_are_the_argmax_of_the_attention_maps_layer(translator):
     sentence = "We need one car."
     weights, labels = attention_weights(translator, sentence)
     (greedy,) = translator.translate([sentence], method="greedy", return_scores=True)
-    layer = translator.model_cfg.num_decoder_layers - 2  # the default: the penultimate
+    layer = translator.model_cfg.num_decoder_layers - 1  # the default: the last
     w_TS = weights[("decoder", layer, "cross_attention")].mean(0)[:-1, :-1]  # no EOS
     want = alignment.piece_alignment(w_TS, labels["source"][:-1], labels["output"][:-1])
     assert translator.align([sentence], [greedy.text]) == [want]
