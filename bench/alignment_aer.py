@@ -27,10 +27,11 @@ import optax
 from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.demo import aligned
 from jformer.data.tokenizer import Tokenizer
-from jformer.inference.alignment import alignment_error_rate, word_index
+from jformer.data.alignments import piece_links, word_index
+from jformer.inference.alignment import alignment_error_rate
 from jformer.inference.translator import Translator
 from jformer.model import Transformer
-from jformer.train.guided_alignment import GuidedAlignment, piece_links
+from jformer.train.guided_alignment import GuidedAlignment
 from jformer.train.step import make_loss_fn
 
 MAX_LEN = 48

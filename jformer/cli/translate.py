@@ -152,7 +152,7 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
 
 def _links(h) -> str:
     """" ||| 0-0 1-2" for a Hypothesis with an alignment; "" without."""
-    from jformer.inference.alignment import to_moses
+    from jformer.data.alignments import to_moses
 
     return "" if h.alignment is None else f" ||| {to_moses(h.alignment)}"
 

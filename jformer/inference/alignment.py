@@ -32,21 +32,10 @@ import jax
 import numpy as np
 
 from jformer.config import DecodeConfig, ModelConfig
-from jformer.data.tokenizer import WORD_START
+from jformer.data.alignments import Alignment, word_index
 from jformer.inference.forced import pair_batches
 from jformer.model import Ops, Transformer
 from jformer.types import Array, PyTree
-
-Alignment = tuple[tuple[int, int], ...]  # (source word, target word) pairs
-
-
-def word_index(pieces: Sequence[str]) -> np.ndarray:
-    """int32 [n]: the word (0, 1, ...) each piece belongs to."""
-    starts = np.array([p.startswith(WORD_START) for p in pieces], bool)
-    if len(starts):
-        starts[0] = True
-    return (np.cumsum(starts) - 1).astype(np.int32)
-
 
 def word_attention(attention_TS: np.ndarray, source_words_S: np.ndarray,
                    target_words_T: np.ndarray) -> np.ndarray:
@@ -78,23 +67,6 @@ def piece_alignment(attention_TS: np.ndarray, source_pieces: Sequence[str],
         return ()
     return hard_alignment(word_attention(attention_TS, word_index(source_pieces),
                                          word_index(target_pieces)))
-
-
-def to_moses(alignment: Iterable[tuple[int, int]]) -> str:
-    """"0-0 2-1 1-2": Moses' format, source index first."""
-    return " ".join(f"{i}-{j}" for i, j in alignment)
-
-
-def parse_moses(line: str, where: str = "alignment") -> Alignment:
-    """The pairs of a Moses line ("0-0 1-2"); ValueError naming ``where`` otherwise."""
-    pairs = []
-    for token in line.split():
-        i, sep, j = token.partition("-")
-        if not (sep and i.isdigit() and j.isdigit()):
-            raise ValueError(f"{where}: expected source-target index pairs such as "
-                             f"'0-0 1-2'; got {token!r}")
-        pairs.append((int(i), int(j)))
-    return tuple(pairs)
 
 
 def alignment_error_rate(predicted: Sequence[Iterable[tuple[int, int]]],

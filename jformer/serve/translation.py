@@ -13,7 +13,7 @@ import logging
 import secrets
 
 from jformer.inference import Translator, bucket_for
-from jformer.inference.alignment import to_moses
+from jformer.data.alignments import to_moses
 from jformer.inference.settings import SearchSettings
 from jformer.serve.errors import ApiError
 from jformer.serve.limits import ServeLimits

@@ -5,17 +5,15 @@ The translation loss gains ``weight`` times :func:`~jformer.model.losses.
 guided_alignment_loss` of head ``head`` of decoder layer ``layer``, whose weights the
 forward pass sows (``mutable=["intermediates"]``, as the attention maps read them). The
 batch carries the gold links as ``alignments``: float or bool [batch, tgt_len, src_len],
-nonzero where target piece t is aligned to source piece s (:func:`piece_links` turns a
-Moses word alignment into them). With weight 0 nothing of this is built: training is
-the plain loss exactly. Decode with decode.alignment_layer/alignment_head set to the
+nonzero where target piece t is aligned to source piece s (``piece_links`` of
+:mod:`jformer.data.alignments` makes them from Moses word pairs). With weight 0 nothing
+of this is built: training is the plain loss exactly. Decode with decode.alignment_layer/alignment_head set to the
 same layer and head to read the supervised head's alignments.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable
-
-import numpy as np
+from typing import Callable
 
 from jformer.model import Transformer
 from jformer.model.losses import guided_alignment_loss
@@ -61,18 +59,6 @@ def make_guided_loss_fn(model: Transformer, label_smoothing: float, pad_id: int,
         return metrics["loss"] + guided.weight * metrics["alignment_loss"], metrics
 
     return loss_fn
-
-
-def piece_links(alignment: Iterable[tuple[int, int]], source_words: np.ndarray,
-                target_words: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """bool [tgt_len, src_len] (``shape``, padding included): each piece of target word
-    j linked to every piece of the source words j is aligned to. ``source_words`` and
-    ``target_words``: each piece's word (:func:`jformer.inference.alignment.word_index`),
-    without EOS (EOS is linked to nothing)."""
-    links = np.zeros(shape, bool)
-    for i, j in alignment:
-        links[np.ix_(target_words == j, source_words == i)] = True
-    return links
 
 
 def _model_inputs(batch: dict) -> dict:

@@ -2,7 +2,7 @@
 translation and word alignment Translator.translate(return_alignments=True) gives."""
 import pytest
 
-from jformer.inference.alignment import to_moses
+from jformer.data.alignments import to_moses
 from jformer.inference.translator import Translator
 from tests.cli.test_cli import run_cli
 from tests.inference.test_translator import SHORT, tiny_workdir

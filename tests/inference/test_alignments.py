@@ -1,5 +1,5 @@
-"""Tests for jformer/inference/alignment.py: pieces to words, the argmax, the Moses
-format, AER, and alignments of translations on the tiny model (batching changes
+"""Tests for jformer/inference/alignment.py: piece weights to word weights, the argmax,
+AER, and alignments of translations on the tiny model (batching changes
 nothing; they are the attention maps' weights; bad settings are refused by name)."""
 import copy
 import dataclasses
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jformer.config import DecodeConfig
+from jformer.data.alignments import word_index
 from jformer.inference import alignment
 from jformer.inference.attention_maps import attention_weights
 from jformer.inference.translator import Translator
@@ -20,13 +21,6 @@ SENTENCES = [s for s in SHORT if s] + ["We see five red cars and two green apple
 def translator(tmp_path_factory):
     cfg, params, tok = build_setup(str(tmp_path_factory.mktemp("spm")))
     return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
-
-
-def test_word_index_follows_word_start_markers():
-    pieces = ["\u2581The", "\u2581drei", "hundert", "fünf", "\u2581", ".", "\u2581x"]
-    np.testing.assert_array_equal(alignment.word_index(pieces), [0, 1, 1, 1, 2, 2, 3])
-    # A first piece without a marker still starts word 0.
-    np.testing.assert_array_equal(alignment.word_index(["ab", "c", "\u2581d"]), [0, 0, 1])
 
 
 def test_word_attention_sums_over_source_pieces_and_averages_over_target_pieces():
@@ -53,14 +47,6 @@ def test_piece_alignment_of_a_hand_made_matrix():
         alignment.word_attention(attn_TS, np.array([0, 1, 2]), np.zeros(5, np.int32))
 
 
-def test_moses_format_round_trips_and_bad_lines_are_named():
-    pairs = ((0, 0), (2, 1), (1, 2))
-    assert alignment.to_moses(pairs) == "0-0 2-1 1-2"
-    assert alignment.parse_moses("0-0 2-1  1-2\n") == pairs
-    with pytest.raises(ValueError, match=r"gold line 3: .*'1:2'"):
-        alignment.parse_moses("0-0 1:2", "gold line 3")
-
-
 def test_alignment_error_rate():
     gold = [{(0, 0), (1, 1)}, {(0, 1)}]
     assert alignment.alignment_error_rate(gold, gold) == 0.0
@@ -81,7 +67,7 @@ def test_translations_carry_word_level_alignments(translator):
     for sentence, hyps in zip(SENTENCES, n_best):
         for h in hyps:
             out_pieces = [tok.id_to_piece(i) for i in h.ids if i != eos]
-            out_words = int(alignment.word_index(out_pieces).max()) + 1 if out_pieces else 0
+            out_words = int(word_index(out_pieces).max()) + 1 if out_pieces else 0
             multi_piece += len(out_pieces) > out_words
             # One link per output word, in output order, to a source word.
             assert [j for _, j in h.alignment] == list(range(out_words))

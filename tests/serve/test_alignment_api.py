@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("httpx", reason="the TestClient needs httpx (test extra)")
 
-from jformer.inference.alignment import to_moses  # noqa: E402
+from jformer.data.alignments import to_moses  # noqa: E402
 from tests.serve.conftest import SENTENCES  # noqa: E402
 from tests.serve.test_app import assert_error, post, serve, wait_ready  # noqa: E402
 

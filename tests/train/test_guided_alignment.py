@@ -9,7 +9,7 @@ import pytest
 from jformer.config import ModelConfig
 from jformer.model import Transformer
 from jformer.model.losses import guided_alignment_loss
-from jformer.train.guided_alignment import GuidedAlignment, piece_links
+from jformer.train.guided_alignment import GuidedAlignment
 from jformer.train.step import make_loss_fn
 
 CFG = ModelConfig(vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
@@ -30,15 +30,6 @@ def test_loss_of_a_hand_made_case():
     zero = guided_alignment_loss(jnp.array([[[1.0, 0.0]]]), jnp.array([[[0, 1]]]),
                                  jnp.ones((1, 1)))
     assert np.isfinite(zero["alignment_loss"]) and zero["alignment_loss"] > 20
-
-
-def test_piece_links_spread_word_links_over_pieces():
-    links = piece_links([(0, 1), (2, 0)], np.array([0, 0, 1, 2]), np.array([0, 1, 1]),
-                        (4, 5))
-    want = np.zeros((4, 5), bool)
-    want[0, 3] = True  # target word 0 (piece 0) -> source word 2 (piece 3)
-    want[1:3, 0:2] = True  # target word 1 (pieces 1, 2) -> source word 0 (pieces 0, 1)
-    np.testing.assert_array_equal(links, want)
 
 
 def _batch():
