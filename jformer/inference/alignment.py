@@ -22,6 +22,9 @@ output word's pieces give the source word's pieces: summed over the source word'
 aligned to its highest-weight source word (fairseq's "hard" alignment: every output word
 gets exactly one link; no threshold to tune). EOS is no word: its row and column are
 dropped before the argmax. Pairs come in output order.
+
+One forced pass reads a whole source: one over model.max_len tokens, which translation
+splits or truncates, is a ValueError here, not aligned piecewise.
 """
 from __future__ import annotations
 
