@@ -91,7 +91,8 @@ def decode_overrides(args: argparse.Namespace):
     from jformer.workdir import files
 
     changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates",
-                                                      "memory_limit", "dtype")
+                                                      "memory_limit", "dtype",
+                                                      "alignment_layer", "alignment_head")
                if getattr(args, name, None) is not None}
     if not changes:
         return None

@@ -34,6 +34,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix-bias-beta", type=float, default=None, metavar="BETA",
                    help="with --target-prefix: only bias the search towards the prefixes, "
                         "by BETA in (0, 1), instead of forcing them")
+    p.add_argument("--alignments", action="store_true",
+                   help="append each translation's word alignment from cross-attention "
+                        "(decode.alignment_layer / alignment_head): 'translation ||| 0-0 "
+                        "2-1 1-2', Moses source-target word index pairs (with --n-best: "
+                        "a fourth field)")
+    p.add_argument("--alignment-layer", type=int, default=None, metavar="L",
+                   help="decoder layer whose cross-attention gives --alignments (negative: "
+                        "from the end; default: the run's decode.alignment_layer, the last)")
+    p.add_argument("--alignment-head", type=int, default=None, metavar="H",
+                   help="that layer's head (e.g. a guided one; default: the mean of all)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -51,7 +61,7 @@ def run(args: argparse.Namespace) -> None:
         name = "stdin" if args.input == "-" else args.input
         translate_stream(translator, line_batches(src, name, args.chunk_lines), out,
                           search_kwargs(args), args.quiet, name, args.n_best,
-                          prefix_lines(args))
+                          prefix_lines(args), args.alignments)
 
 
 def prefix_lines(args: argparse.Namespace) -> tuple[str, list[str]] | None:
@@ -72,7 +82,8 @@ def _one_line(text: str) -> str:
 
 def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwargs: dict,
                       quiet: bool, name: str, n_best: int = 1,
-                      prefixes: tuple[str, list[str]] | None = None) -> list[str]:
+                      prefixes: tuple[str, list[str]] | None = None,
+                      alignments: bool = False) -> list[str]:
     """Translates ``chunks`` (lists of lines) in order, writing and flushing each one;
     returns the best translation of every line. ``n_best`` > 1 writes that many
     hypotheses per line in Moses n-best format instead of one line per line.
@@ -82,7 +93,8 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
     arrives in chunks. An overlong line's error, or its truncation warning, names
     ``name`` (the input) and the line number. ``prefixes``: (a file's name, its lines),
     the target prefix of each input line (``kwargs`` may hold ``prefix_bias_beta``); it
-    must have exactly one line per input line."""
+    must have exactly one line per input line. ``alignments``: each translation is
+    followed by " ||| " and its word alignment (:mod:`jformer.inference.alignment`)."""
     from tqdm import tqdm
 
     from jformer.search import row_keys
@@ -91,6 +103,8 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
 
     if n_best > 1:
         kwargs = dict(kwargs, n_best=n_best, return_scores=True)
+    if alignments:
+        kwargs = dict(kwargs, return_alignments=True)
     translator.translate([], **kwargs)  # checks the search arguments, before any output
     hyps: list[str] = []
     with tqdm(unit="sent", file=sys.stderr, disable=quiet, desc="translating") as bar:
@@ -119,8 +133,12 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
             for result in results:
                 if n_best > 1:  # Hypothesis lists, best first
                     for h in result:
-                        out.write(f"{len(hyps)} ||| {_one_line(h.text)} ||| {h.score:.6f}\n")
+                        out.write(f"{len(hyps)} ||| {_one_line(h.text)} ||| {h.score:.6f}"
+                                  f"{_links(h)}\n")
                     result = result[0].text
+                elif alignments:
+                    out.write(f"{_one_line(result.text)}{_links(result)}\n")
+                    result = result.text
                 else:
                     out.write(_one_line(result) + "\n")
                 hyps.append(result)
@@ -130,6 +148,13 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
         raise ValueError(f"--target-prefix {prefixes[0]} has {len(prefixes[1])} lines but "
                          f"{name} has {len(hyps)}")
     return hyps
+
+
+def _links(h) -> str:
+    """" ||| 0-0 1-2" for a Hypothesis with an alignment; "" without."""
+    from jformer.data.alignments import to_moses
+
+    return "" if h.alignment is None else f" ||| {to_moses(h.alignment)}"
 
 
 def _chunk_prefixes(prefixes: tuple[str, list[str]], name: str, first_line: int,

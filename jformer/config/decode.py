@@ -42,6 +42,12 @@ class DecodeConfig:
     # float32 | bfloat16: bf16 weight matrices, activations and KV cache
     # (jformer.inference.precision; its BLEU cost and speed: docs/results.md)
     dtype: str = "auto"
+    # Word alignments (jformer.inference.alignment): the decoder layer whose
+    # cross-attention is read (an index; negative counts from the end; None: the last,
+    # as fairseq and Marian) and its head (None: the mean over heads, as fairseq; a
+    # guided head's index)
+    alignment_layer: int | None = None
+    alignment_head: int | None = None
 
     def __post_init__(self) -> None:
         s = "decode"
@@ -58,6 +64,9 @@ class DecodeConfig:
               f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
         check_choice(s, "overlong", self.overlong, OVERLONG_POLICIES)
         check_choice(s, "eos_candidates", self.eos_candidates, EOS_CANDIDATES)
+        for name in ("alignment_layer", "alignment_head"):
+            value = getattr(self, name)
+            check(value is None or is_int(value), f"{s}.{name}", "an int or None", value)
         try:
             parse_bytes(self.memory_limit)
         except ValueError as e:

@@ -8,8 +8,11 @@ compiled programs stays bounded however many calls are made.
 """
 from __future__ import annotations
 
+import collections
 import math
-from typing import Sequence
+from typing import Callable, Sequence
+
+import numpy as np
 
 from jformer.config import DecodeConfig, ModelConfig
 
@@ -44,3 +47,18 @@ def padded_rows(rows: int, batch_size: int, devices: int = 1) -> int:
     while padded < rows:
         padded *= 2
     return min(padded, batch_size)
+
+
+def plan_batches(sources: Sequence[np.ndarray | None], buckets: Sequence[int],
+                 rows_for: Callable[[int], int]) -> list[tuple[int, list[int]]]:
+    """(bucket, source indices) per batch: by bucket, sorted by length inside, at most
+    ``rows_for(bucket)`` sources a batch (None sources are left out)."""
+    by_bucket: dict[int, list[int]] = collections.defaultdict(list)
+    for i in sorted((i for i, s in enumerate(sources) if s is not None),
+                    key=lambda i: len(sources[i])):
+        by_bucket[bucket_for(len(sources[i]), buckets)].append(i)
+    plan = []
+    for bucket, idx in sorted(by_bucket.items()):
+        rows = rows_for(bucket)
+        plan += [(bucket, idx[start:start + rows]) for start in range(0, len(idx), rows)]
+    return plan

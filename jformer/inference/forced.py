@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -80,25 +80,35 @@ def score_ids(model_cfg: ModelConfig, ops: Ops, params: PyTree,
     ``buckets``: the padded lengths (ascending; the last must hold every sequence);
     ``batch_size``: the most rows per compiled batch.
     """
+    out: list[TargetScore | None] = [None] * len(sources)
+    for batch, inputs_BS, targets_BT in pair_batches(model_cfg, sources, targets, buckets,
+                                                     batch_size):
+        logp_BT = np.asarray(token_log_probs(params, inputs_BS, targets_BT,
+                                             model_cfg=model_cfg, ops=ops))
+        for r, i in enumerate(batch):
+            ids = np.asarray(targets[i], np.int32)
+            logp = logp_BT[r, :len(ids)]
+            total = float(np.sum(logp, dtype=np.float64))
+            out[i] = TargetScore(ids, logp,
+                                 total / float(search.host_length_penalty(len(ids), alpha)))
+    return out
+
+
+def pair_batches(model_cfg: ModelConfig, sources: Sequence[np.ndarray],
+                 targets: Sequence[np.ndarray], buckets: Sequence[int], batch_size: int
+                 ) -> Iterator[tuple[list[int], np.ndarray, np.ndarray]]:
+    """(pair indices, inputs int32 [rows, n], targets int32 [rows, n]) per batch of at
+    most ``batch_size`` pairs: both sides padded to the smallest bucket n that holds the
+    longer one, rows a power of two (:func:`padded_rows`; extra rows hold EOS alone)."""
     groups: dict[int, list[int]] = collections.defaultdict(list)
     for i in sorted(range(len(sources)), key=lambda i: (len(sources[i]), len(targets[i]))):
         groups[bucket_for(max(len(sources[i]), len(targets[i])), buckets)].append(i)
-    out: list[TargetScore | None] = [None] * len(sources)
     for length, idx in sorted(groups.items()):
         for start in range(0, len(idx), batch_size):
             batch = idx[start:start + batch_size]
             rows = padded_rows(len(batch), batch_size)
-            inputs_BS = _padded([sources[i] for i in batch], rows, length, model_cfg)
-            targets_BT = _padded([targets[i] for i in batch], rows, length, model_cfg)
-            logp_BT = np.asarray(token_log_probs(params, inputs_BS, targets_BT,
-                                                 model_cfg=model_cfg, ops=ops))
-            for r, i in enumerate(batch):
-                ids = np.asarray(targets[i], np.int32)
-                logp = logp_BT[r, :len(ids)]
-                total = float(np.sum(logp, dtype=np.float64))
-                out[i] = TargetScore(ids, logp,
-                                     total / float(search.host_length_penalty(len(ids), alpha)))
-    return out
+            yield (batch, _padded([sources[i] for i in batch], rows, length, model_cfg),
+                   _padded([targets[i] for i in batch], rows, length, model_cfg))
 
 
 def _padded(rows: list[np.ndarray], batch: int, length: int, cfg: ModelConfig) -> np.ndarray:

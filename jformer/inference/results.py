@@ -33,12 +33,15 @@ class Hypothesis(NamedTuple):
       max_len. Beam search forces EOS at max_len (as fairseq does), so a hypothesis as
       long as max_len may have been cut there; False marks an abandoned prefix filling
       an n-best list (fewer than the asked number finished before the search stopped).
+    alignment: with ``return_alignments``, (source word, output word) index pairs
+      (:mod:`jformer.inference.alignment`); else None.
     """
 
     text: str
     score: float
     ids: np.ndarray
     finished: bool = True
+    alignment: tuple[tuple[int, int], ...] | None = None
 
 
 def join_hypotheses(segmentation: Segmentation, piece_hyps: Sequence[Sequence[Hypothesis]],

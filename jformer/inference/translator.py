@@ -12,11 +12,10 @@ the rows of a batch so its cache fits (:mod:`.memory`).
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -29,8 +28,8 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, prepare)
 from jformer.inference import compile_cache as xla_cache
-from jformer.inference import forced, memory, prefixes, segment
-from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
+from jformer.inference import alignment, forced, memory, prefixes, segment
+from jformer.inference.buckets import output_len, padded_rows, plan_batches, source_buckets
 from jformer.inference.keys import key_source
 from jformer.inference.precision import for_decoding
 from jformer.inference.restore import check_params, load_workdir
@@ -169,20 +168,6 @@ class Translator:
             raise OverlongError(f"{msg}; {hint}", index, f"{detail}; {hint}") from e
         return [ids_of[p] if len(ids_of[p]) > 1 else None for p in seg.pieces], seg
 
-    def _plan(self, sources: list[np.ndarray | None], rows_for: Callable[[int], int]
-              ) -> list[tuple[int, list[int]]]:
-        """(bucket, source indices) per batch: by bucket, sorted by length inside, at
-        most ``rows_for(bucket)`` sources a batch."""
-        by_bucket: dict[int, list[int]] = collections.defaultdict(list)
-        for i in sorted((i for i, s in enumerate(sources) if s is not None),
-                        key=lambda i: len(sources[i])):
-            by_bucket[bucket_for(len(sources[i]), self.buckets)].append(i)
-        plan = []
-        for bucket, idx in sorted(by_bucket.items()):
-            rows = rows_for(bucket)
-            plan += [(bucket, idx[start:start + rows]) for start in range(0, len(idx), rows)]
-        return plan
-
     def _rows_that_fit(self, batch_size: int, bucket: int, spec: SearchSpec) -> int:
         """batch_size, or fewer sentences (a multiple of the devices): so that a decode
         step on one device stays within the rows its prepared weights serve fastest
@@ -209,7 +194,8 @@ class Translator:
                   temperature: float | None = None, top_k: int | None = None,
                   rng: Array | None = None, batch_size: int | None = None,
                   target_prefix: Sequence[str | None] | None = None,
-                  prefix_bias_beta: float | None = None) -> list:
+                  prefix_bias_beta: float | None = None,
+                  return_alignments: bool = False) -> list:
         """Translates ``sentences``; results come back in input order.
 
         Args:
@@ -239,6 +225,8 @@ class Translator:
             A split sentence's prefix goes to its first piece.
           prefix_bias_beta: None forces the prefixes; a float in (0, 1) only biases the
             search towards them (CTranslate2's ``prefix_bias_beta``).
+          return_alignments: return :class:`Hypothesis` with ``alignment``, the word
+            pairs (source, output) of its cross-attention (:mod:`.alignment`).
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
           (an empty input gives a one-element list).
@@ -273,7 +261,9 @@ class Translator:
                 sources.ids[i] = np.array([self.model_cfg.eos_id], np.int32)
         hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first,
                                     first, beta)
-        return self._results(encoded, hyps, settings.n_best, return_scores)
+        results = self._results(encoded, hyps, settings.n_best,
+                                return_scores or return_alignments)
+        return alignment.attach(self, sentences, results) if return_alignments else results
 
     def score(self, sources: Sequence[str], targets: Sequence[str],
               alpha: float | None = None,
@@ -290,6 +280,14 @@ class Translator:
         return forced.score_ids(self.model_cfg, self.ops, self.params, src_ids, tgt_ids,
                                 self.buckets, self._batch_size(batch_size),
                                 settings.penalty_alpha)
+
+    def align(self, sources: Sequence[str], targets: Sequence[str],
+              batch_size: int | None = None) -> list[alignment.Alignment]:
+        """Word alignments ((source word, target word) pairs) of given translations,
+        from the teacher-forced model's cross-attention (:mod:`.alignment`)."""
+        src, tgt = forced.encode_pairs(self.tokenizer, sources, targets,
+                                       self.model_cfg.max_len)
+        return alignment.align_ids(self, src, tgt, self._batch_size(batch_size))
 
     def _batch_size(self, batch_size: int | None) -> int:
         """``batch_size`` (default: decode.batch_size), checked against the devices."""
@@ -320,7 +318,7 @@ class Translator:
         empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
         hyps: list[list[Hypothesis]] = [[empty] for _ in sources.ids]
         devices = 1 if self.mesh is None else self.mesh.size
-        for bucket, idx in self._plan(sources.ids, rows_for):
+        for bucket, idx in plan_batches(sources.ids, self.buckets, rows_for):
             rows = padded_rows(len(idx), caps[bucket], devices)
             keys = sources.batch_keys(idx, rows, key_data, fold_first)
             batch_prefix = [prefix_ids[i] for i in idx]

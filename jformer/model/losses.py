@@ -57,3 +57,30 @@ def projected_cross_entropy(x_BTD: Array, w_VD: Array, bias_V: Array | None,
     if bias_V is not None:
         logits_BTV = logits_BTV + bias_V
     return smoothed_cross_entropy(logits_BTV, targets_BT, weights_BT, label_smoothing)
+
+
+def guided_alignment_loss(attention_BTS: Array, links_BTS: Array,
+                          weights_BT: Array) -> dict[str, Array]:
+    """Guided alignment (Garg et al. 2019, "Jointly Learning to Align and Translate with
+    Transformer Models", eq. 6): the cross entropy between one attention head's weights
+    and the gold alignment, summed over the target positions that have a gold link.
+
+    Args:
+      attention_BTS: float [batch, tgt_len, src_len], the head's cross-attention
+        weights (rows sum to 1 over the real source positions).
+      links_BTS: float or bool [batch, tgt_len, src_len], nonzero where target position
+        t is aligned to source position s; each row is normalised to a distribution.
+      weights_BT: [batch, tgt_len], 1 at real tokens and 0 at padding.
+    Returns:
+      ``alignment_loss`` (-sum_t sum_s p_gold(s | t) log a(t, s)) and ``aligned_tokens``
+      (the positions it covers), float32 sums.
+    """
+    links_BTS = links_BTS.astype(jnp.float32)
+    mass_BT = links_BTS.sum(-1)
+    covered_BT = (mass_BT > 0) & (weights_BT > 0)
+    gold_BTS = links_BTS / jnp.maximum(mass_BT, 1e-9)[..., None]
+    # 0 log 0 = 0: a source position without a link adds nothing, even at weight 0.
+    logp_BTS = jnp.log(jnp.maximum(attention_BTS.astype(jnp.float32), 1e-9))
+    ce_BT = -jnp.where(gold_BTS > 0, gold_BTS * logp_BTS, 0.0).sum(-1)
+    return {"alignment_loss": jnp.where(covered_BT, ce_BT, 0.0).sum(),
+            "aligned_tokens": covered_BT.astype(jnp.float32).sum()}

@@ -47,6 +47,8 @@ class TranslateRequest(_Strict):
     prefix_bias_beta: float | None = Field(
         None, gt=0, lt=1, allow_inf_nan=False, description="only bias the search towards "
         "target_prefix, by this weight in (0, 1), instead of forcing it")
+    alignments: bool = Field(False, description="return each hypothesis with its word "
+                             "alignment, from cross-attention (implies scores)")
 
 
 class ScoreRequest(_Strict):
@@ -66,6 +68,9 @@ class Hypothesis(BaseModel):
     score: float = Field(description="sum over the text's lines of log-prob (beam: "
                          "divided by the length penalty)")
     finished: bool = Field(description="every line ended with EOS (not cut at max_len)")
+    alignment: str | None = Field(None, description="with alignments: Moses 'i-j' pairs, "
+                                  "source word i (whitespace-separated words of the text, "
+                                  "counted over its lines) to output word j")
 
 
 class TranslateResponse(BaseModel):

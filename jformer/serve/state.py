@@ -163,7 +163,13 @@ async def translate(state: ServerState, translator: Translator, req: TranslateRe
                              positions=plan.positions if seed is not None else None,
                              prefixes=prefixes)
         results = await run_job(state, job, arrived)
-    return translation.assemble(plan, results, settings.n_best, req.scores), seed
+        if req.alignments:  # forced decoding of the outputs, between batches
+            from jformer.inference.alignment import attach
+
+            results = await on_decoder(
+                state, lambda: attach(translator, plan.sentences, results), arrived)
+    return translation.assemble(plan, results, settings.n_best, req.scores,
+                                req.alignments), seed
 
 
 async def on_decoder(state: ServerState, fn: Callable[[], Any], arrived: float) -> Any:

@@ -13,6 +13,7 @@ import logging
 import secrets
 
 from jformer.inference import Translator, bucket_for
+from jformer.data.alignments import to_moses
 from jformer.inference.settings import SearchSettings
 from jformer.serve.errors import ApiError
 from jformer.serve.limits import ServeLimits
@@ -156,17 +157,20 @@ def line_prefixes(req: TranslateRequest, p: Plan, translator: Translator,
     return out
 
 
-def assemble(p: Plan, results: list[list], n_best: int, with_scores: bool) -> list:
-    """The response's translations: per text, a string, or (with scores or n_best > 1)
-    n_best hypotheses {text, score, finished}; hypothesis k of a text joins hypothesis
-    k of each of its lines, its score the sum of theirs."""
+def assemble(p: Plan, results: list[list], n_best: int, with_scores: bool,
+             alignments: bool = False) -> list:
+    """The response's translations: per text, a string, or (with scores, alignments or
+    n_best > 1) n_best hypotheses {text, score, finished[, alignment]}; hypothesis k of a
+    text joins hypothesis k of each of its lines, its score the sum of theirs, its
+    alignment theirs with word indices counted over the text's lines."""
     decoded = dict(zip(p.where, results))
     out = []
     for t, (lines, breaks) in enumerate(zip(p.lines, p.breaks)):
         hyps = []
         for k in range(n_best):
-            texts, score, finished = [], 0.0, True
-            for n in range(len(lines)):
+            texts, score, finished, links = [], 0.0, True, []
+            src_words = tgt_words = 0  # words of the text's lines so far
+            for n, line in enumerate(lines):
                 h = decoded.get((t, n))
                 if h is None:  # blank: nothing decoded
                     texts.append("")
@@ -174,9 +178,15 @@ def assemble(p: Plan, results: list[list], n_best: int, with_scores: bool) -> li
                 texts.append(_one_line(h[k].text))
                 score += h[k].score
                 finished = finished and h[k].finished
-            hyps.append({"text": join_lines(texts, breaks), "score": score,
-                         "finished": finished})
-        out.append(hyps if with_scores or n_best > 1 else hyps[0]["text"])
+                if alignments:
+                    links += [(i + src_words, j + tgt_words) for i, j in h[k].alignment]
+                    src_words += len(line.split())
+                    tgt_words += len(texts[-1].split())
+            hyp = {"text": join_lines(texts, breaks), "score": score, "finished": finished}
+            if alignments:
+                hyp["alignment"] = to_moses(links)
+            hyps.append(hyp)
+        out.append(hyps if with_scores or alignments or n_best > 1 else hyps[0]["text"])
     return out
 
 

@@ -19,6 +19,7 @@ from jax import lax
 
 from jformer.mesh import AXIS
 from jformer.model import Transformer
+from jformer.train.guided_alignment import GuidedAlignment, make_guided_loss_fn
 from jformer.types import PyTree
 
 MODEL_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",
@@ -64,12 +65,16 @@ def _model_inputs(batch: dict) -> dict:
     return {k: batch[k] for k in MODEL_KEYS if k in batch}
 
 
-def make_loss_fn(model: Transformer, label_smoothing: float, pad_id: int) -> Callable:
+def make_loss_fn(model: Transformer, label_smoothing: float, pad_id: int,
+                 guided: GuidedAlignment | None = None) -> Callable:
     """loss_fn(params, batch, rng | None) -> (smoothed loss sum, metric sums).
 
     The decoder's final states and output projection (``Transformer.features``), scored
-    by the model's ``ops.loss`` (the label-smoothed loss of their logits).
+    by the model's ``ops.loss`` (the label-smoothed loss of their logits); with
+    ``guided``, plus the guided alignment loss (:mod:`.guided_alignment`).
     """
+    if guided is not None:
+        return make_guided_loss_fn(model, label_smoothing, pad_id, guided)
 
     def loss_fn(params, batch, rng):
         deterministic = rng is None
@@ -87,10 +92,11 @@ def make_loss_fn(model: Transformer, label_smoothing: float, pad_id: int) -> Cal
 
 def make_train_step(model: Transformer, tx: optax.GradientTransformation, *,
                     label_smoothing: float, pad_id: int, accum_steps: int = 1,
-                    schedule: optax.Schedule | None = None) -> Callable:
+                    schedule: optax.Schedule | None = None,
+                    guided: GuidedAlignment | None = None) -> Callable:
     """The translation model's per-device ``train_step(state, batch) -> (state, metrics)``
-    (see the module doc)."""
-    return make_step(make_loss_fn(model, label_smoothing, pad_id), tx,
+    (see the module doc); ``guided``: add guided alignment's loss."""
+    return make_step(make_loss_fn(model, label_smoothing, pad_id, guided), tx,
                      accum_steps=accum_steps, schedule=schedule)
 
 
