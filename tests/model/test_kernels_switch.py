@@ -28,6 +28,8 @@ VARIANTS = [dict(), dict(norm="pre"), dict(tie_output=False),
             dict(activation="swish", output_bias=True, decoder_start="pad",
                  positional="sinusoidal_concat"),
             dict(activation="gelu_exact", output_bias=True, norm="pre")]
+# Shaw et al.'s relative positions and a window (offsets of 7-9 positions pass both)
+POSITIONS = dict(positional="relative", relative_clip=2, attention_window=3)
 
 
 def pair(cfg):
@@ -71,8 +73,13 @@ def test_auto_resolves_by_platform():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant, packed", [(v, False) for v in VARIANTS]
-                         + [(v, True) for v in VARIANTS])
+                         + [(v, True) for v in VARIANTS]
+                         + [(POSITIONS, True), (dict(POSITIONS, norm="pre"), False)])
 def test_logits_loss_and_gradients_agree(variant, packed):
+    assert_logits_loss_and_gradients_agree(variant, packed)
+
+
+def assert_logits_loss_and_gradients_agree(variant, packed):
     cfg = dataclasses.replace(CFG, **variant)
     plain, cpu = pair(cfg)
     params, b = noised_params(cfg), batch(packed)
@@ -160,7 +167,7 @@ class _Chars:
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", [dict(), dict(norm="pre", tie_output=False),
                                      dict(activation="swish", output_bias=True,
-                                          decoder_start="pad", bos_id=-1)])
+                                          decoder_start="pad", bos_id=-1), POSITIONS])
 @pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 3), ("beam", 4)])
 def test_decoding_agrees(variant, method, beam):
     cfg = dataclasses.replace(CFG, max_len=24, **variant)
