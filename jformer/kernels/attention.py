@@ -35,6 +35,7 @@ from jformer.kernels.dropout import keep_mask
 from jformer.kernels.matmul import dense, einsum
 from jformer.kernels.scope import cpu_kernel
 from jformer.model import masks
+from jformer.model import relative as relpos
 from jformer.model.attention import MultiHeadAttention, Relative
 from jformer.types import NEG_INF, Array
 
@@ -57,8 +58,8 @@ def attention(q_BLHK: Array, k: Array, v: Array, mask: Array | None = None, *,
     q_BLHK = q_BLHK / jnp.sqrt(q_BLHK.shape[-1]).astype(dtype)
     # float32 logits; the backward products read compute-dtype operands (matmul.einsum)
     logits_BHLM = einsum(f"BLHK,{kv}->BHLM", q_BLHK, k)
-    if relative is not None:  # q_i . a^K_ij
-        logits_BHLM = logits_BHLM + einsum("BLHK,LMK->BHLM", q_BLHK, relative[0])
+    if relative is not None:  # q_i . a^K_ij, the plain form's product
+        logits_BHLM = logits_BHLM + relpos.relative_logits(q_BLHK, relative[0])
     if mask is not None:
         logits_BHLM = jnp.where(mask, logits_BHLM, NEG_INF)
     weights_BHLM = jax.nn.softmax(logits_BHLM, axis=-1)
@@ -75,9 +76,8 @@ def attention(q_BLHK: Array, k: Array, v: Array, mask: Array | None = None, *,
         out_BLHK = out_BHLK.transpose(0, 2, 1, 3)
     else:
         out_BLHK = einsum("BHLM,BMHK->BLHK", probs_BHLM.astype(dtype), v).astype(dtype)
-    if relative is not None:  # Σ_j α_ij a^V_ij
-        out_BLHK = out_BLHK + einsum("BHLM,LMK->BLHK", probs_BHLM.astype(dtype),
-                                     relative[1]).astype(dtype)
+    if relative is not None:  # Σ_j α_ij a^V_ij, the plain form's product
+        out_BLHK = out_BLHK + relpos.relative_context(probs_BHLM.astype(dtype), relative[1])
     return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
 
 

@@ -64,8 +64,7 @@ def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
     logits_BHLM = jnp.einsum("BLHK,BMHK->BHLM", q_BLHK, k_BMHK,
                              preferred_element_type=jnp.float32)
     if relative is not None:  # q_i . a^K_ij (Shaw et al., eq. 4)
-        logits_BHLM = logits_BHLM + jnp.einsum("BLHK,LMK->BHLM", q_BLHK, relative[0],
-                                               preferred_element_type=jnp.float32)
+        logits_BHLM = logits_BHLM + relpos.relative_logits(q_BLHK, relative[0])
     if bias is not None:
         logits_BHLM = logits_BHLM + bias.astype(jnp.float32)
     if mask is not None:
@@ -80,8 +79,7 @@ def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
         probs_BHLM = jnp.where(keep, probs_BHLM / (1.0 - dropout_rate), 0.0)
     out_BLHK = jnp.einsum("BHLM,BMHK->BLHK", probs_BHLM.astype(dtype), v_BMHK)
     if relative is not None:  # Σ_j α_ij a^V_ij (Shaw et al., eq. 3)
-        out_BLHK = out_BLHK + jnp.einsum("BHLM,LMK->BLHK", probs_BHLM.astype(dtype),
-                                         relative[1])
+        out_BLHK = out_BLHK + relpos.relative_context(probs_BHLM.astype(dtype), relative[1])
     return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
 
 

@@ -41,3 +41,15 @@ def relative_vectors(keys_RK: Array, values_RK: Array, query_positions_L: ArrayL
     index_LM = relative_index(query_positions_L, key_positions_M, (keys_RK.shape[0] - 1) // 2)
     return (jnp.take(keys_RK, index_LM, axis=0).astype(dtype),
             jnp.take(values_RK, index_LM, axis=0).astype(dtype))
+
+
+def relative_logits(q_BLHK: Array, a_k_LMK: Array) -> Array:
+    """q_i . a^K_ij: float32 [B, H, L, M], added to the logits q_i . k_j (eq. 4)."""
+    return jnp.einsum("BLHK,LMK->BHLM", q_BLHK, a_k_LMK, preferred_element_type=jnp.float32)
+
+
+def relative_context(probs_BHLM: Array, a_v_LMK: Array) -> Array:
+    """Σ_j α_ij a^V_ij: [B, L, H, K] in the operands' dtype, added to Σ_j α_ij v_j (eq. 3).
+    (In bfloat16 the sum is bfloat16, as the value product's; a float32 result of this
+    layout has no bf16 kernel on XLA:CPU.)"""
+    return jnp.einsum("BHLM,LMK->BLHK", probs_BHLM, a_v_LMK)
