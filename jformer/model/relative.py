@@ -13,7 +13,7 @@ beyond ±k share the first or last row (``model.relative_clip`` = k; Shaw et al.
 k = 16). No absolute position is added to the embeddings. Row k is offset 0. This is the
 layout of CTranslate2 (``make_relative_positions``) and OpenNMT, so the CTranslate2
 export carries the tables unchanged. Encoder-decoder attention keeps no positions (as
-in the paper). A decode step at position t reads offsets j - t for j <= t: the same
+in Shaw et al.). A decode step at position t reads offsets j - t for j <= t: the same
 vectors teacher forcing gives row t.
 """
 from __future__ import annotations
