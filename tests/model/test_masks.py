@@ -76,19 +76,18 @@ def test_a_window_limits_what_reaches_each_position_to_layers_times_w():
     positions away, and no other; the decoder's logit t reads decoder inputs t-2..t."""
     import dataclasses
 
-    import jax
     import jax.numpy as jnp
 
     from jformer.config import ModelConfig
     from jformer.model.transformer import Transformer
+    from tests.model.test_relative import drawn_params
 
     cfg = ModelConfig(vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=2,
                       num_decoder_layers=2, d_ff=32, max_len=12, dropout_rate=0.0,
                       attention_window=1, kernels="plain")
-    model = transformer(cfg)
+    model, v = transformer(cfg), drawn_params(cfg)
     inputs = jnp.array([[5, 6, 7, 8, 9, 10, 11, 12, 3]], jnp.int32)
     changed = inputs.at[0, 4].set(15)
-    v = model.init(jax.random.PRNGKey(0), inputs, inputs)
     encode = lambda x: model.apply(v, x, method=Transformer.encode)  # noqa: E731
     moved = np.abs(np.asarray(encode(changed) - encode(inputs))).max(-1)[0]
     np.testing.assert_array_equal(moved > 1e-6, np.abs(np.arange(9) - 4) <= 2)
