@@ -19,7 +19,10 @@ def get_config() -> ml_collections.ConfigDict:
     m.dropout_rate = 0.1  # paper 5.4: P_drop (sublayer outputs, embeddings + positions)
     m.attention_dropout_rate = 0.0  # dropout on attention weights (tensor2tensor option)
     m.relu_dropout_rate = 0.0  # dropout on the FFN hidden layer (tensor2tensor option)
-    m.positional = "sinusoidal"  # paper 3.5; or sinusoidal_concat | learned
+    m.positional = "sinusoidal"  # paper 3.5; or sinusoidal_concat | learned | relative
+    m.relative_clip = 16  # positional="relative": Shaw et al. (2018)'s clip distance k
+    # None: self-attention over every position; w: at most w positions away (causal: w back)
+    m.attention_window = ml_collections.config_dict.placeholder(int)
     m.max_len = 256  # positions covered (tokens)
     m.norm = "post"  # paper 3.1: LayerNorm(x + Sublayer(x)); "pre" normalises the input
     m.activation = "relu"  # paper 3.3; or gelu

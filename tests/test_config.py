@@ -33,10 +33,40 @@ def test_paper_table3_values():
     ("positional", "rotary", "model.positional"),
     ("norm", "sandwich", "model.norm"),
     ("num_heads", 0, "model.num_heads"),
+    ("relative_clip", 0, "model.relative_clip"),
+    ("relative_clip", 2.5, "model.relative_clip"),
+    ("attention_window", 0, "model.attention_window"),
+    ("attention_window", True, "model.attention_window"),
 ])
 def test_invalid_model_values_name_the_field(field, value, match):
     with pytest.raises(ConfigError, match=match):
         dataclasses.replace(ModelConfig(), **{field: value})
+
+
+def test_relative_positions_and_windows_from_the_command_line_and_old_config_files(tmp_path):
+    """configs/*.py hold both fields, so flags set them (the window's default is None, an
+    int placeholder); a config.json written before they existed loads with their
+    defaults."""
+    import json
+
+    from jformer.workdir import files
+
+    argv = ["prog", "--config=configs/multi30k.py", "--config.model.positional=relative",
+            "--config.model.relative_clip=8", "--config.model.attention_window=5"]
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", flag_values=fv, lock_config=True, sys_argv=argv)
+    fv(argv)
+    m = from_config_dict(fv.config).model
+    assert (m.positional, m.relative_clip, m.relative_k, m.attention_window) == (
+        "relative", 8, 8, 5)
+    cfg = from_config_dict(base.get_config())
+    assert cfg.model.attention_window is None and cfg.model.relative_k == 0
+    files.write_config(tmp_path, cfg)
+    path = tmp_path / "config.json"
+    raw = json.loads(path.read_text())
+    del raw["model"]["relative_clip"], raw["model"]["attention_window"]
+    path.write_text(json.dumps(raw))
+    assert files.load_config(tmp_path) == cfg
 
 
 def test_unknown_field_names_the_field():

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from jformer.config.fields import check, check_choice, check_number, check_positive, check_rate
+from jformer.config.fields import (check, check_choice, check_number, check_positive,
+                                   check_rate, is_int)
 
-POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned")
+POSITIONAL_KINDS = ("sinusoidal", "sinusoidal_concat", "learned", "relative")
 NORM_KINDS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "gelu_exact", "swish")
 DECODER_STARTS = ("bos", "pad")
@@ -38,8 +39,13 @@ class ModelConfig:
     dropout_rate: float = 0.1  # P_drop on sublayer outputs and embeddings (paper 5.4)
     attention_dropout_rate: float = 0.0  # dropout on attention weights (tensor2tensor)
     relu_dropout_rate: float = 0.0  # dropout on the FFN hidden layer (tensor2tensor)
-    positional: str = "sinusoidal"  # sinusoidal | sinusoidal_concat | learned (paper 3.5)
-    max_len: int = 256  # longest sequence the positional table covers
+    # sinusoidal | sinusoidal_concat | learned (paper 3.5) | relative (Shaw et al., 2018:
+    # no absolute positions; learned offsets j - i in self-attention, clipped at relative_clip)
+    positional: str = "sinusoidal"
+    relative_clip: int = 16  # Shaw et al.'s k: offsets beyond +-k share one vector (relative only)
+    # None: self-attention sees every position; w: only those at most w away (causal: w back)
+    attention_window: int | None = None
+    max_len: int = 256  # longest sequence the model takes (and the positional table covers)
     norm: str = "post"  # post (paper: LayerNorm(x + Sublayer(x))) | pre
     activation: str = "relu"  # FFN: relu (paper 3.3) | gelu (tanh form) | gelu_exact | swish
     share_embeddings: bool = True  # one embedding for source and target (paper 3.4)
@@ -63,6 +69,11 @@ class ModelConfig:
         for name in ("dropout_rate", "attention_dropout_rate", "relu_dropout_rate"):
             check_rate(s, name, getattr(self, name))
         check_choice(s, "positional", self.positional, POSITIONAL_KINDS)
+        check_positive(s, "relative_clip", self.relative_clip)
+        check(self.attention_window is None or (is_int(self.attention_window)
+                                                and self.attention_window > 0),
+              f"{s}.attention_window", "None (no window) or a positive int",
+              self.attention_window)
         check_choice(s, "norm", self.norm, NORM_KINDS)
         check_choice(s, "activation", self.activation, ACTIVATIONS)
         check_choice(s, "decoder_start", self.decoder_start, DECODER_STARTS)
@@ -71,7 +82,7 @@ class ModelConfig:
         check_choice(s, "dtype", self.dtype, DTYPES)
         check_choice(s, "kernels", self.kernels, KERNELS)
         check_number(s, "layer_norm_epsilon", self.layer_norm_epsilon, 0, strict=True)
-        if self.positional != "learned":
+        if self.positional.startswith("sinusoidal"):
             check(self.d_model % 2 == 0, f"{s}.d_model", "even for sinusoidal positions",
                   self.d_model)
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
@@ -84,6 +95,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def relative_k(self) -> int:
+        """Shaw et al.'s clip k where self-attention has relative positions, else 0."""
+        return self.relative_clip if self.positional == "relative" else 0
 
     @property
     def start_id(self) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jformer.model import relative as relpos
 from jformer.model.embeddings import sinusoid_table
 from jformer.model.transformer import Transformer, shift_right
 from jformer.inference.translator import OverlongWarning, Translator
@@ -100,8 +101,14 @@ def plot_heads(weights_HLM: np.ndarray, row_labels: list[str], col_labels: list[
 
 
 def positional_matrix(translator: Translator) -> tuple[np.ndarray, str]:
-    """The positional encodings [max_len, d_model] the model adds, and a title."""
+    """The positional encodings [max_len, d_model] the model adds, and a title; with
+    relative positions, which add none, the first encoder layer's relative key vectors
+    [2k + 1, head_dim] (row r: offset r - k)."""
     cfg = translator.model_cfg
+    if cfg.positional == "relative":
+        keys = translator.params["encoder"]["layer_0"]["self_attention"][relpos.KEYS]
+        return (np.asarray(keys, np.float32), f"relative position keys (encoder layer 0; "
+                f"rows: offsets -{cfg.relative_clip}..{cfg.relative_clip})")
     if cfg.positional == "learned":
         table = translator.params["encoder"]["positional"]["table"]
         return np.asarray(table, np.float32), "learned positional embeddings (encoder)"

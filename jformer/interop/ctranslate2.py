@@ -19,7 +19,13 @@ What the spec holds, and why each part computes what jformer computes:
   (sinusoidal interleaved, sinusoidal_concat, or the learned table). CTranslate2's
   built-in sinusoid has another layout (concatenated), start position (1) and
   frequencies (10000^(-i/(D/2-1))). Beyond max_len CTranslate2 raises an error, as
-  jformer has no position there either.
+  jformer has no position there either. Relative positions (Shaw et al.) are
+  CTranslate2's ``with_relative_position``: each self-attention's tables [2k + 1, K] as
+  ``relative_position_keys`` and ``_values``, row clip(j - i, -k, k) + k as in jformer
+  (CTranslate2 reads k from the table's size), and no absolute positions.
+- Attention windows (``model.attention_window``) are refused: CTranslate2 has none (its
+  ``sliding_window`` drops a decoder-only model's oldest cached keys; it does not limit
+  the encoder or a decoder of a translation model to w positions).
 - Embeddings scaled by sqrt(d_model) (``scale_embeddings``); shared or separate source
   and target tables; the output projection is the target embedding (tied, with
   ``model.output_bias`` as its bias: Marian's final_logits_bias) or its own.
@@ -61,6 +67,7 @@ from jformer.interop import CT2_QUANTIZATIONS
 from jformer.interop.exports import (WorkdirModel, output_directory, read_workdir,
                                      unknown_fields)
 from jformer.interop.model_card import write_card
+from jformer.model import relative as relpos
 from jformer.model.embeddings import sinusoid_table
 from jformer.types import PyTree
 from jformer.workdir import files
@@ -72,12 +79,12 @@ ACTIVATIONS = {"relu": common_spec.Activation.RELU,
                "gelu": common_spec.Activation.GELUTanh,  # flax nn.gelu: approximate=True
                "gelu_exact": common_spec.Activation.GELU,  # erf
                "swish": common_spec.Activation.SWISH}
-POSITIONALS = ("sinusoidal", "sinusoidal_concat", "learned")
+POSITIONALS = ("sinusoidal", "sinusoidal_concat", "learned", "relative")
 # ModelConfig fields the spec expresses; any other field is refused unless it holds its
 # default or changes nothing in inference (see check_exportable).
 EXPORTED_FIELDS = frozenset({
     "vocab_size", "d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
-    "d_ff", "positional", "max_len", "norm", "activation", "share_embeddings",
+    "d_ff", "positional", "relative_clip", "max_len", "norm", "activation", "share_embeddings",
     "tie_output", "output_bias", "layer_norm_epsilon", "pad_id", "bos_id", "eos_id",
     "decoder_start"})
 SPM_EXPORT_NAME = "spm.model"
@@ -101,13 +108,18 @@ def check_exportable(cfg: ModelConfig) -> None:
     if cfg.positional not in POSITIONALS:
         problems.append(f"model.positional={cfg.positional!r}: the export knows "
                         f"{list(POSITIONALS)}")
+    if cfg.attention_window is not None:
+        problems.append(f"model.attention_window={cfg.attention_window}: CTranslate2 has no "
+                        f"windowed self-attention for translation models (its sliding_window "
+                        f"drops a decoder-only model's oldest cached keys)")
     if cfg.norm not in ("post", "pre"):
         problems.append(f"model.norm={cfg.norm!r}: CTranslate2 has post-LN and pre-LN")
     if len({cfg.pad_id, cfg.bos_id, cfg.eos_id}) < 3:
         problems.append(f"model.pad_id, model.bos_id, model.eos_id = {cfg.pad_id}, "
                         f"{cfg.bos_id}, {cfg.eos_id}: the export bans PAD and BOS from the "
                         f"output and ends on EOS, so they must be three distinct ids")
-    problems += unknown_fields(cfg, EXPORTED_FIELDS, "CTranslate2")
+    problems += unknown_fields(cfg, EXPORTED_FIELDS | {"attention_window"},  # refused above
+                               "CTranslate2")
     if problems:
         raise ExportError("cannot export to CTranslate2: " + "; ".join(problems))
 
@@ -133,6 +145,9 @@ def _set_self_attention(spec, p: Mapping[str, Any], norm: Mapping[str, Any]) -> 
     _set_linear(spec.linear[0], qkv, bias)
     _set_output(spec.linear[1], p)
     _set_norm(spec.layer_norm, norm)
+    if relpos.KEYS in p:  # [2k + 1, K] each, the same rows (jformer.model.relative)
+        spec.relative_position_keys = _f32(p[relpos.KEYS])
+        spec.relative_position_values = _f32(p[relpos.VALUES])
 
 
 def _set_cross_attention(spec, p: Mapping[str, Any], norm: Mapping[str, Any]) -> None:
@@ -193,7 +208,8 @@ def _set_encoder(spec: transformer_spec.TransformerEncoderSpec, cfg: ModelConfig
                  params: PyTree, source_VD: np.ndarray) -> None:
     enc = params["encoder"]
     spec.embeddings[0].weight = source_VD
-    spec.position_encodings.encodings = position_table(cfg, params, "encoder")
+    if cfg.positional != "relative":
+        spec.position_encodings.encodings = position_table(cfg, params, "encoder")
     for i, layer_spec in enumerate(spec.layer):
         p = enc[f"layer_{i}"]
         _set_self_attention(layer_spec.self_attention, p["self_attention"],
@@ -207,7 +223,8 @@ def _set_decoder(spec: transformer_spec.TransformerDecoderSpec, cfg: ModelConfig
                  params: PyTree, target_VD: np.ndarray) -> None:
     dec = params["decoder"]
     spec.embeddings.weight = target_VD
-    spec.position_encodings.encodings = position_table(cfg, params, "decoder")
+    if cfg.positional != "relative":
+        spec.position_encodings.encodings = position_table(cfg, params, "decoder")
     for i, layer_spec in enumerate(spec.layer):
         p = dec[f"layer_{i}"]
         _set_self_attention(layer_spec.self_attention, p["self_attention"],
@@ -248,7 +265,8 @@ def transformer_spec_of(cfg: ModelConfig, params: PyTree, vocabulary: Sequence[s
                           f"got {unk_id}")
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.num_encoder_layers, cfg.num_decoder_layers), cfg.num_heads,
-        pre_norm=cfg.norm == "pre", activation=ACTIVATIONS[cfg.activation])
+        with_relative_position=cfg.positional == "relative", pre_norm=cfg.norm == "pre",
+        activation=ACTIVATIONS[cfg.activation])
     source_VD, target_VD = _embeddings(cfg, params)
     _set_encoder(spec.encoder, cfg, params, source_VD)
     _set_decoder(spec.decoder, cfg, params, target_VD)

@@ -11,7 +11,11 @@ is innermost and copies it otherwise:
   slot-addressed self-attention), written once per source or once per step;
 - beam search never moves the self-attention buffers: hypothesis w writes its key and
   value into beam slot w, and a small slot table says which slot holds each position of
-  its prefix (:mod:`jformer.kernels.decode_cache`).
+  its prefix (:mod:`jformer.kernels.decode_cache`);
+- relative positions (Shaw et al.) and windows enter a decode step as the buffer
+  positions it reads and their vectors a^K, a^V (``CpuAttention.step_positions``); the
+  C++ beam kernel takes neither, so such models decode beams with
+  :class:`PackedXlaBeamAttention` (chosen by :func:`jformer.kernels.ops.cpu_set`).
 
 :class:`CpuAttention` is :class:`~jformer.model.attention.MultiHeadAttention` with these
 products (same parameters); :class:`PackedAttention` is its float32 decode-step form over
@@ -30,7 +34,9 @@ from jformer.kernels.bias import add_bias
 from jformer.kernels.dropout import keep_mask
 from jformer.kernels.matmul import dense, einsum
 from jformer.kernels.scope import cpu_kernel
-from jformer.model.attention import MultiHeadAttention
+from jformer.model import masks
+from jformer.model import relative as relpos
+from jformer.model.attention import MultiHeadAttention, Relative
 from jformer.types import NEG_INF, Array
 
 _BATCHED = ((0, 1), (0, 1))  # batch dims (B, H) of [B, H, ., .] x [B, H, ., .] products
@@ -38,19 +44,22 @@ _BATCHED = ((0, 1), (0, 1))  # batch dims (B, H) of [B, H, ., .] x [B, H, ., .] 
 
 @cpu_kernel
 def attention(q_BLHK: Array, k: Array, v: Array, mask: Array | None = None, *,
-              kv_heads_first: bool = False, dropout_rate: float = 0.0,
-              dropout_rng: Array | None = None, deterministic: bool = True,
-              return_weights: bool = False):
+              kv_heads_first: bool = False, relative: Relative | None = None,
+              dropout_rate: float = 0.0, dropout_rng: Array | None = None,
+              deterministic: bool = True, return_weights: bool = False):
     """``jformer.model.attention.dot_product_attention``, with keys and values [B, M, H, K]
     or, ``kv_heads_first``, [B, H, M, K] (then the value product is batched over (B, H)
     with the weights as its left operand), and attention-weight dropout masks from
-    :func:`jformer.kernels.dropout.keep_mask`. Returns [B, L, H, K] in q's dtype (and the
-    float32 weights [B, H, L, M] on request)."""
+    :func:`jformer.kernels.dropout.keep_mask`. ``relative``: Shaw et al.'s (a^K, a^V)
+    [L, M, K]. Returns [B, L, H, K] in q's dtype (and the float32 weights [B, H, L, M]
+    on request)."""
     dtype = q_BLHK.dtype
     kv = "BHMK" if kv_heads_first else "BMHK"
     q_BLHK = q_BLHK / jnp.sqrt(q_BLHK.shape[-1]).astype(dtype)
     # float32 logits; the backward products read compute-dtype operands (matmul.einsum)
     logits_BHLM = einsum(f"BLHK,{kv}->BHLM", q_BLHK, k)
+    if relative is not None:  # q_i . a^K_ij, the plain form's product
+        logits_BHLM = logits_BHLM + relpos.relative_logits(q_BLHK, relative[0])
     if mask is not None:
         logits_BHLM = jnp.where(mask, logits_BHLM, NEG_INF)
     weights_BHLM = jax.nn.softmax(logits_BHLM, axis=-1)
@@ -67,6 +76,8 @@ def attention(q_BLHK: Array, k: Array, v: Array, mask: Array | None = None, *,
         out_BLHK = out_BHLK.transpose(0, 2, 1, 3)
     else:
         out_BLHK = einsum("BHLM,BMHK->BLHK", probs_BHLM.astype(dtype), v).astype(dtype)
+    if relative is not None:  # Σ_j α_ij a^V_ij, the plain form's product
+        out_BLHK = out_BLHK + relpos.relative_context(probs_BHLM.astype(dtype), relative[1])
     return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
 
 
@@ -82,19 +93,26 @@ def cached_attention(q_BHLK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array) 
                            (((3,), (2,)), _BATCHED))
 
 
-def _buffer_scores(q_BHLK: Array, kt_BHKX: Array, mask: Array) -> tuple[Array, Array]:
+def _buffer_scores(q_BHLK: Array, kt_BHKX: Array, mask: Array,
+                   relative_keys_XK: Array | None = None) -> tuple[Array, Array]:
     """(q / sqrt(d_k) in q's dtype, its float32 logits over the buffer's keys transposed
-    [B, H, K, X], NEG_INF where ``mask`` is False): [B, H, L, K], [B, H, L, X]."""
+    [B, H, K, X] (plus q . a^K_X, Shaw et al.'s vector of each column), NEG_INF where
+    ``mask`` is False): [B, H, L, K], [B, H, L, X]."""
     q_BHLK = q_BHLK / jnp.sqrt(q_BHLK.shape[-1]).astype(q_BHLK.dtype)
     # [B, H, L, K] x [B, H, K, X] -> [B, H, L, X]
     logits_BHLX = lax.dot_general(q_BHLK, kt_BHKX, (((3,), (2,)), _BATCHED),
                                   preferred_element_type=jnp.float32)
+    if relative_keys_XK is not None:
+        logits_BHLX = logits_BHLX + jnp.einsum("BHLK,XK->BHLX", q_BHLK, relative_keys_XK,
+                                               preferred_element_type=jnp.float32)
     return q_BHLK, jnp.where(mask, logits_BHLX, NEG_INF)
 
 
 @cpu_kernel
 def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: Array,
-                        index: Array, k_BWHK: Array, v_BWHK: Array) -> Array:
+                        index: Array, k_BWHK: Array, v_BWHK: Array, *,
+                        earlier_T: Array | None = None,
+                        relative: Relative | None = None) -> Array:
     """One query per hypothesis over a slot-addressed beam cache that does not hold the
     query's position yet, and the hypothesis' own key and value at that position.
 
@@ -110,31 +128,41 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
       kt_BHKX: keys [batch, heads, head_dim, max_len * beam]; column t*W + v holds
         position t of slot v. v_BHXK: values [batch, heads, max_len * beam, head_dim].
       slot_BWT: int32 [batch, beam, max_len]; index: int32 scalar, the query position.
+      earlier_T: bool [max_len], the earlier positions the query reads (default t < index;
+        a window reads fewer).
+      relative: Shaw et al.'s (a^K, a^V) [max_len, head_dim] of each position against
+        ``index`` (the own k, v carry their own).
     Returns:
       [batch, beam, heads, head_dim] in q's dtype.
     """
     batch, beam, max_len = slot_BWT.shape
     slots_V = jnp.arange(beam, dtype=slot_BWT.dtype)
-    # [B, W, T, 1] == [1, 1, 1, V], and t < index: the (position, slot) pairs of w's prefix
+    if earlier_T is None:
+        earlier_T = jnp.arange(max_len) < index
+    # [B, W, T, 1] == [1, 1, 1, V], and an earlier t: the (position, slot) pairs of w's prefix
     mine_BWTV = ((slot_BWT[:, :, :, None] == slots_V[None, None, None, :])
-                 & (jnp.arange(max_len) < index)[None, None, :, None])
+                 & earlier_T[None, None, :, None])
+    if relative is not None:  # [T, K] -> [T*W, K]: column t*W + v is position t
+        relative = tuple(jnp.repeat(a_TK, beam, axis=0) for a_TK in relative)
     heads_first = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731  [B, W, H, K] <-> [B, H, W, K]
     out_BHWK = step_attention(heads_first(q_BWHK), kt_BHKX, v_BHXK,
                               mine_BWTV.reshape(batch, 1, beam, max_len * beam),
-                              heads_first(k_BWHK), heads_first(v_BWHK))
+                              heads_first(k_BWHK), heads_first(v_BWHK), relative)
     return heads_first(out_BHWK)
 
 
 @cpu_kernel
 def step_attention(q_BHGK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array,
-                   k_BHGK: Array, v_BHGK: Array) -> Array:
+                   k_BHGK: Array, v_BHGK: Array, relative: Relative | None = None) -> Array:
     """G new positions per (row, head) over decode buffers that do not hold them yet:
     query g attends to the buffer columns ``mask`` allows (broadcast to [B, H, G, X]; keys
     transposed kt [B, H, K, X], values [B, H, X, K]) and to its own key and value
-    k, v [B, H, G, K]. The softmax over both is normalised once, at the end. Returns
-    [B, H, G, K] in q's dtype; logits and softmax in float32."""
+    k, v [B, H, G, K]. ``relative``: Shaw et al.'s (a^K, a^V) [X, K] of each column
+    against the queries' position. The softmax over both is normalised once, at the end.
+    Returns [B, H, G, K] in q's dtype; logits and softmax in float32."""
     dtype = q_BHGK.dtype
-    q_BHGK, logits_BHGX = _buffer_scores(q_BHGK, kt_BHKX, mask)  # [B, H, G, X]
+    q_BHGK, logits_BHGX = _buffer_scores(q_BHGK, kt_BHKX, mask,
+                                         None if relative is None else relative[0])
     # each query's own logit [B, H, G, 1]
     own_BHG1 = (q_BHGK.astype(jnp.float32) * k_BHGK.astype(jnp.float32)).sum(-1, keepdims=True)
     max_BHG1 = jnp.maximum(logits_BHGX.max(-1, keepdims=True), own_BHG1)
@@ -144,6 +172,9 @@ def step_attention(q_BHGK: Array, kt_BHKX: Array, v_BHXK: Array, mask: Array,
     # [B, H, G, X] x [B, H, X, K] -> [B, H, G, K]
     ctx_BHGK = lax.dot_general(exp_BHGX.astype(dtype), v_BHXK, (((3,), (2,)), _BATCHED),
                                preferred_element_type=jnp.float32)
+    if relative is not None:  # Σ_x exp_x a^V_x
+        ctx_BHGK = ctx_BHGK + jnp.einsum("BHGX,XK->BHGK", exp_BHGX.astype(dtype), relative[1],
+                                         preferred_element_type=jnp.float32)
     return ((ctx_BHGK + own_exp_BHG1 * v_BHGK.astype(jnp.float32)) / total_BHG1).astype(dtype)
 
 
@@ -191,17 +222,40 @@ class CpuAttention(MultiHeadAttention):
         # in place. (Read after the update, a buffer is copied every step: XLA fuses the
         # update into the product's batch-merging reshape as well as into the loop carry.)
         q_BH1K, k_BH1K, v_BH1K = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
-        earlier_111T = (jnp.arange(cache_k.shape[3]) < index)[None, None, None, :]
-        ctx_BH1K = step_attention(q_BH1K, cache_k, cache_v, earlier_111T, k_BH1K, v_BH1K)
+        earlier_T, relative = self.step_positions(index, cache_k.shape[3])
+        ctx_BH1K = step_attention(q_BH1K, cache_k, cache_v, earlier_T[None, None, None, :],
+                                  *self.with_own_offset(k_BH1K, v_BH1K), relative)
         cache_k = lax.dynamic_update_slice(
             cache_k, k_BH1K.transpose(0, 1, 3, 2).astype(cache_k.dtype), (0, 0, 0, index))
         cache_v = lax.dynamic_update_slice(cache_v, v_BH1K.astype(cache_v.dtype),
                                            (0, 0, index, 0))
         return self.project_output(ctx_BH1K.transpose(0, 2, 1, 3)), (cache_k, cache_v)
 
-    def slot_attention(self, *args) -> Array:
+    def step_positions(self, index: Array, length: int) -> tuple[Array, Relative | None]:
+        """What positions give a decode step at ``index`` over buffers of ``length``
+        positions: the earlier ones it reads (t < index, inside the window), bool
+        [length], and Shaw et al.'s (a^K, a^V) [length, K] of each against ``index``
+        (None without relative positions)."""
+        index_1, positions_T = jnp.reshape(index, (1,)), jnp.arange(length)
+        window_111T = masks.window_mask(index_1, positions_T, self.window)
+        earlier_T = positions_T < index
+        if window_111T is not None:
+            earlier_T = earlier_T & window_111T[0, 0, 0]
+        vectors = self.relative_vectors(index_1, positions_T)  # [1, T, K] each
+        return earlier_T, None if vectors is None else (vectors[0][0], vectors[1][0])
+
+    def with_own_offset(self, k: Array, v: Array) -> tuple[Array, Array]:
+        """A step's own key and value [..., K] as its query reads them: with Shaw et al.'s
+        a^K and a^V of offset 0 added (unchanged without relative positions)."""
+        zero_1 = jnp.zeros((1,), jnp.int32)
+        vectors = self.relative_vectors(zero_1, zero_1)  # [1, 1, K] each
+        if vectors is None:
+            return k, v
+        return k + vectors[0][0, 0], v + vectors[1][0, 0]
+
+    def slot_attention(self, *args, **positions) -> Array:
         """:func:`beam_slot_attention` (its arguments and result)."""
-        return beam_slot_attention(*args)
+        return beam_slot_attention(*args, **positions)
 
     def _slot_state_step(self, q, k, v, state, index):
         """:meth:`self_attend_step` over a beam's :class:`SlotState`: attends, then writes
@@ -216,8 +270,12 @@ class CpuAttention(MultiHeadAttention):
         # Attention first, over the buffers as they were (see self_attend_step); then
         # hypothesis w's key/value of position ``index`` go to slot w: W adjacent columns
         # (keys) or rows (values) from index * W.
+        earlier_T, relative = self.step_positions(index, slot_BWT.shape[2])
+        positions = {} if self.window is None and relative is None else dict(
+            earlier_T=earlier_T, relative=relative)  # what the native kernel cannot take
         ctx_BWHK = self.slot_attention(to_BWHK(q), kt_BHKX, v_BHXK, slot_BWT, index,
-                                       to_BWHK(k), to_BWHK(v))
+                                       *self.with_own_offset(to_BWHK(k), to_BWHK(v)),
+                                       **positions)
         start = index * beam
         kt_BHKX = lax.dynamic_update_slice(
             kt_BHKX, to_BWHK(k).transpose(0, 2, 3, 1).astype(kt_BHKX.dtype), (0, 0, 0, start))
@@ -271,5 +329,15 @@ class PackedAttention(CpuAttention):
         ctx_BLO = ctx_BLHK.reshape(ctx_BLHK.shape[:2] + (-1,))  # [B, L, H, K] -> [B, L, H*K]
         return self.add_bias(self._packed(ctx_BLO, "out_kernel", self.d_model), self.out_bias)
 
-    def slot_attention(self, *args) -> Array:
+    def slot_attention(self, *args, **positions) -> Array:
+        # jformer.kernels.ops gives models with relative positions or a window
+        # PackedXlaBeamAttention: their scores are more than the kernel's q . k
+        assert not positions, f"the native beam kernel takes no {sorted(positions)}"
         return native_attention.beam_slot_attention(*args)
+
+
+class PackedXlaBeamAttention(PackedAttention):
+    """:class:`PackedAttention` with XLA's beam self-attention (:func:`beam_slot_attention`),
+    for models whose step scores hold more than q . k (relative positions, a window)."""
+
+    slot_attention = CpuAttention.slot_attention

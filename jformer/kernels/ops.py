@@ -5,6 +5,10 @@ decode steps read from the parameters once per model (the tied output matrix as 
 and in float32 the decoder's weights packed for :mod:`jformer.kernels.rows_matmul`) and
 gives each decode program the set that reads them: :data:`CPU_MATRIX` (tied logits from
 the [D, V] copy) or :data:`CPU_PACKED` (every product of the step over packed weights).
+:func:`cpu_set` picks the set of a model: :data:`CPU`, or :data:`CPU_XLA_BEAM` for a model
+whose self-attention scores hold more than q . k (relative positions, a window), which
+the C++ beam kernel does not take: its packed beam steps keep XLA's beam attention
+(:data:`CPU_PACKED_XLA_BEAM`).
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from jformer.config import ModelConfig
 from jformer.kernels import rows_matmul
-from jformer.kernels.attention import CpuAttention, PackedAttention
+from jformer.kernels.attention import CpuAttention, PackedAttention, PackedXlaBeamAttention
 from jformer.kernels.bias import Dense, PackedDense
 from jformer.kernels.decode_cache import (SlotCache, init_beam_self_cache, init_self_cache,
                                           memory_layout, reorder_beam_state)
@@ -75,8 +80,10 @@ def _output_DV(cfg, params: PyTree) -> Array:
 class CpuCacheLayout:
     """Decode caches in the layouts of :mod:`jformer.kernels.decode_cache`: per-row buffers
     heads first, keys transposed; a beam search's W hypotheses in slot-addressed buffers
-    that beam search never moves (it reorders the slot table, ``reorder``)."""
+    that beam search never moves (it reorders the slot table, ``reorder``).
+    ``native_beam``: packed beam steps run the C++ beam attention (else XLA's)."""
 
+    native_beam: bool = True
     reorder = staticmethod(reorder_beam_state)
 
     def init(self, cross, source_valid_BS, max_len, beam_size, heads, head_dim,
@@ -119,7 +126,7 @@ class CpuCacheLayout:
         where the output matrix is prepared, else ``ops``."""
         output = _prepared_output(prepared)
         if "output" in output and rows <= PACKED_ROWS_MAX:
-            return CPU_PACKED
+            return CPU_PACKED if self.native_beam else CPU_PACKED_XLA_BEAM
         return CPU_MATRIX if "output_DV" in output else ops
 
     def rows_max(self, prepared: PyTree) -> int | None:
@@ -140,3 +147,12 @@ CPU = Ops(dense=Dense, layer_norm=LayerNorm, dropout=Dropout, attention=CpuAtten
 CPU_MATRIX = dataclasses.replace(CPU, step_output=lambda cfg: MatrixOutput())
 CPU_PACKED = dataclasses.replace(CPU, dense=PackedDense, attention=PackedAttention,
                                  step_output=lambda cfg: PackedOutput(cfg.vocab_size))
+CPU_XLA_BEAM = dataclasses.replace(CPU, cache=CpuCacheLayout(native_beam=False))
+CPU_PACKED_XLA_BEAM = dataclasses.replace(CPU_PACKED, attention=PackedXlaBeamAttention)
+
+
+def cpu_set(cfg: ModelConfig) -> Ops:
+    """The CPU set of a model: :data:`CPU`, or :data:`CPU_XLA_BEAM` where relative
+    positions or a window enter the self-attention scores (the C++ beam kernel scores
+    q . k alone)."""
+    return CPU_XLA_BEAM if cfg.relative_k or cfg.attention_window is not None else CPU

@@ -12,6 +12,11 @@ Decoding (paper 3.2.3: the decoder attends only to earlier positions) runs one p
 at a time: ``self_attend_step`` writes the new key and value into a preallocated cache at
 ``index`` and attends to positions 0..index; ``cross_attend_step`` attends to the memory's
 keys and values, projected once per source.
+
+Two options act on self-attention only: relative positions (``relative_k`` > 0, Shaw et
+al., 2018; :mod:`jformer.model.relative`) add the learned vectors a^K_ij to the keys and
+a^V_ij to the values; a window (``window`` = w, :func:`jformer.model.masks.window_mask`)
+lets a query read only keys at most w positions away.
 """
 from __future__ import annotations
 
@@ -20,8 +25,12 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
+from jformer.model import masks
+from jformer.model import relative as relpos
 from jformer.model.masks import NEG_INF
 from jformer.types import Array
+
+Relative = tuple[Array, Array]  # Shaw et al.'s (a^K, a^V), each [L, M, K]
 
 # Glorot-uniform over (d_model -> heads*head_dim) per projection, as for unfused Q/K/V.
 _QKV_INIT = nn.initializers.xavier_uniform(in_axis=0, out_axis=(-2, -1), batch_axis=(1,))
@@ -31,6 +40,7 @@ _OUT_INIT = nn.initializers.xavier_uniform(in_axis=(0, 1), out_axis=-1)
 
 def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
                           mask: Array | None = None, bias: Array | None = None, *,
+                          relative: Relative | None = None,
                           dropout_rate: float = 0.0, dropout_rng: Array | None = None,
                           deterministic: bool = True, return_weights: bool = False):
     """softmax(Q K^T / sqrt(d_k) + bias) V with masked positions excluded (paper eq. 1).
@@ -40,6 +50,8 @@ def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
       k_BMHK, v_BMHK: keys and values [batch, kv_len, heads, head_dim].
       mask: optional bool, broadcastable to [batch, heads, q_len, kv_len]; True = attend.
       bias: optional float added to the logits, broadcastable like ``mask``.
+      relative: optional (a^K, a^V), each [q_len, kv_len, head_dim]: key j of query i is
+        k_j + a^K_ij and its value v_j + a^V_ij (Shaw et al.; :mod:`jformer.model.relative`).
       dropout_rate: dropout on the attention weights (needs ``dropout_rng`` in training).
       return_weights: also return the weights [batch, heads, q_len, kv_len] (float32).
     Returns:
@@ -51,6 +63,8 @@ def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
     # Logits and softmax in float32: bf16 logits lose the small differences that matter.
     logits_BHLM = jnp.einsum("BLHK,BMHK->BHLM", q_BLHK, k_BMHK,
                              preferred_element_type=jnp.float32)
+    if relative is not None:  # q_i . a^K_ij (Shaw et al., eq. 4)
+        logits_BHLM = logits_BHLM + relpos.relative_logits(q_BLHK, relative[0])
     if bias is not None:
         logits_BHLM = logits_BHLM + bias.astype(jnp.float32)
     if mask is not None:
@@ -64,6 +78,8 @@ def dot_product_attention(q_BLHK: Array, k_BMHK: Array, v_BMHK: Array,
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BHLM.shape)
         probs_BHLM = jnp.where(keep, probs_BHLM / (1.0 - dropout_rate), 0.0)
     out_BLHK = jnp.einsum("BHLM,BMHK->BLHK", probs_BHLM.astype(dtype), v_BMHK)
+    if relative is not None:  # Σ_j α_ij a^V_ij (Shaw et al., eq. 3)
+        out_BLHK = out_BLHK + relpos.relative_context(probs_BHLM.astype(dtype), relative[1])
     return (out_BLHK, weights_BHLM) if return_weights else out_BLHK
 
 
@@ -82,6 +98,11 @@ class MultiHeadAttention(nn.Module):
     Queries and values have biases; keys have none: a key bias adds the same amount to
     every logit of a query row, which the softmax cancels, so its gradient is exactly zero
     and Adam would only amplify rounding noise in it.
+
+    Self-attention may have relative positions (``relative_k`` > 0: the tables
+    ``relative_position_keys`` and ``relative_position_values`` [2k + 1, K]) and a
+    window; positions are the indices of a row (a packed row's segments are contiguous,
+    and the segment mask keeps them apart, so offsets inside a segment are its own).
     """
 
     num_heads: int
@@ -89,9 +110,19 @@ class MultiHeadAttention(nn.Module):
     cross: bool = False  # True: queries from the decoder, keys/values from the encoder
     dropout_rate: float = 0.0  # on the attention weights
     dtype: jnp.dtype = jnp.float32  # compute dtype; parameters stay float32
+    relative_k: int = 0  # self-attention: Shaw et al.'s clip k (0: no relative positions)
+    window: int | None = None  # self-attention: keys at most this far away (None: all)
 
     def setup(self):
         h, k = self.num_heads, self.d_model // self.num_heads
+        if self.cross and (self.relative_k or self.window is not None):
+            raise ValueError("relative positions and windows are for self-attention; got "
+                             f"cross=True with relative_k={self.relative_k}, "
+                             f"window={self.window}")
+        if self.relative_k:
+            shape = (2 * self.relative_k + 1, k)
+            self.relative_keys = self.param(relpos.KEYS, relpos.TABLE_INIT, shape)
+            self.relative_values = self.param(relpos.VALUES, relpos.TABLE_INIT, shape)
         if self.cross:
             self.q_kernel = self.param("q_kernel", _Q_INIT, (self.d_model, h, k))
             self.q_bias = self.param("q_bias", nn.initializers.zeros, (h, k))
@@ -136,30 +167,47 @@ class MultiHeadAttention(nn.Module):
                                           self.out_kernel.reshape(-1, self.d_model)),
                              self.out_bias)
 
+    # ------------------------------------------------------------------ positions
+    def relative_vectors(self, query_positions_L: Array,
+                         key_positions_M: Array) -> Relative | None:
+        """Shaw et al.'s (a^K, a^V) [L, M, K] between these positions in the compute
+        dtype; None without relative positions."""
+        if not self.relative_k:
+            return None
+        return relpos.relative_vectors(self.relative_keys, self.relative_values,
+                                       query_positions_L, key_positions_M, self.dtype)
+
     # ------------------------------------------------------------------ sequences
     def dot_product(self, q_BLHK: Array, k: Array, v: Array, mask: Array | None,
                     memory: bool, **options) -> tuple[Array, Array]:
         """(context [B, L, H, K], float32 weights [B, H, L, M]) of eq. 1 over keys and
-        values as :meth:`project_qkv` (``memory``: :meth:`project_memory`) gives them."""
+        values as :meth:`project_qkv` (``memory``: :meth:`project_memory`) gives them;
+        ``options``: :func:`dot_product_attention`'s (``relative``, dropout)."""
         return dot_product_attention(q_BLHK, k, v, mask, return_weights=True, **options)
 
     def _attend(self, q_BLHK: Array, k: Array, v: Array, mask: Array | None,
-                deterministic: bool, memory: bool = False) -> Array:
+                deterministic: bool, memory: bool = False,
+                relative: Relative | None = None) -> Array:
         """Attention of q to k, v, then the output projection."""
         rng = None
         if not deterministic and self.dropout_rate > 0.0:
             rng = self.make_rng("dropout")
         ctx_BLHK, weights_BHLM = self.dot_product(
-            q_BLHK, k, v, mask, memory, dropout_rate=self.dropout_rate, dropout_rng=rng,
-            deterministic=deterministic)
+            q_BLHK, k, v, mask, memory, relative=relative, dropout_rate=self.dropout_rate,
+            dropout_rng=rng, deterministic=deterministic)
         # Stored only when the caller makes "intermediates" mutable (attention maps).
         self.sow("intermediates", "attention_weights", weights_BHLM)
         return self.project_output(ctx_BLHK)
 
     def self_attend(self, x_BLD: Array, mask: Array | None, deterministic: bool = True) -> Array:
-        """Self-attention over a whole sequence: x [B, L, D] -> [B, L, D]."""
+        """Self-attention over a whole sequence: x [B, L, D] -> [B, L, D] (``mask`` and
+        the window; relative positions)."""
         q, k, v = self.project_qkv(x_BLD)
-        return self._attend(q, k, v, mask, deterministic)
+        positions_L = jnp.arange(x_BLD.shape[1])
+        mask = masks.combine_masks(mask, masks.window_mask(positions_L, positions_L,
+                                                           self.window))
+        return self._attend(q, k, v, mask, deterministic,
+                            relative=self.relative_vectors(positions_L, positions_L))
 
     def cross_attend(self, x_BLD: Array, k: Array, v: Array, mask: Array | None,
                      deterministic: bool = True) -> Array:
@@ -183,16 +231,21 @@ class MultiHeadAttention(nn.Module):
         """One decoder position of every row x [N, 1, D] over the self-attention cache.
 
         Writes this position's key and value into ``state`` = (keys, values), each
-        [N, max_len, H, K], at ``index`` and attends to positions 0..index. Returns
-        (out [N, 1, D], the new state).
+        [N, max_len, H, K], at ``index`` and attends to positions 0..index (those inside
+        the window; relative positions: offsets j - index). Returns (out [N, 1, D], the
+        new state).
         """
         cache_k, cache_v = state
         q, k, v = self.project_qkv(x_N1D)
         start = (0, index, 0, 0)
         cache_k = lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), start)
         cache_v = lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), start)
-        mask_111M = (jnp.arange(cache_k.shape[1]) <= index)[None, None, None, :]
-        return self._attend(q, cache_k, cache_v, mask_111M, True), (cache_k, cache_v)
+        index_1, positions_M = jnp.reshape(index, (1,)), jnp.arange(cache_k.shape[1])
+        mask_111M = masks.combine_masks((positions_M <= index)[None, None, None, :],
+                                        masks.window_mask(index_1, positions_M, self.window))
+        out = self._attend(q, cache_k, cache_v, mask_111M, True,
+                           relative=self.relative_vectors(index_1, positions_M))
+        return out, (cache_k, cache_v)
 
     def cross_attend_step(self, x_N1D: Array, k: Array, v: Array, mask_B11M: Array) -> Array:
         """One decoder position of N = B*G rows over the memory's keys and values (as

@@ -56,7 +56,8 @@ class BertEncoder(nn.Module):
         cfg, dtype, ops = self.cfg, dtype_of(self.cfg), self.ops
         self.token_embedding = TokenEmbedding(cfg.vocab_size, cfg.d_model, dtype,
                                               ops.tied_logits)
-        self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
+        if cfg.positional != "relative":  # relative: in self-attention (Shaw et al.)
+            self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
         if self.bert.type_vocab_size:
             self.type_embedding = nn.Embed(self.bert.type_vocab_size, cfg.d_model,
                                            embedding_init=nn.initializers.normal(0.02))
@@ -75,8 +76,9 @@ class BertEncoder(nn.Module):
             x_BLD = self.token_embedding(inputs_BL)  # x sqrt(d_model), as for translation
         else:
             x_BLD = jnp.take(self.token_embedding.embedding, inputs_BL, axis=0).astype(dtype)
-        positions_BL = jnp.broadcast_to(jnp.arange(inputs_BL.shape[1]), inputs_BL.shape)
-        x_BLD = x_BLD + self.positional(positions_BL).astype(dtype)
+        if self.cfg.positional != "relative":
+            positions_BL = jnp.broadcast_to(jnp.arange(inputs_BL.shape[1]), inputs_BL.shape)
+            x_BLD = x_BLD + self.positional(positions_BL).astype(dtype)
         if self.bert.type_vocab_size:
             types_BL = jnp.zeros_like(inputs_BL) if token_types_BL is None else token_types_BL
             x_BLD = x_BLD + self.type_embedding(types_BL).astype(dtype)

@@ -81,8 +81,11 @@ class Residual(nn.Module):
 
 
 def _attention(cfg: ModelConfig, ops: Ops, cross: bool = False) -> MultiHeadAttention:
+    # relative positions and the window act on self-attention (Shaw et al. leave the
+    # encoder-decoder attention without positions)
+    own = {} if cross else dict(relative_k=cfg.relative_k, window=cfg.attention_window)
     return ops.attention(cfg.num_heads, cfg.d_model, cross=cross,
-                         dropout_rate=cfg.attention_dropout_rate, dtype=dtype_of(cfg))
+                         dropout_rate=cfg.attention_dropout_rate, dtype=dtype_of(cfg), **own)
 
 
 class EncoderLayer(nn.Module):

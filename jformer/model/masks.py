@@ -32,6 +32,21 @@ def causal_mask(length: int) -> Array:
     return (idx[None, :] <= idx[:, None])[None, None]
 
 
+def window_mask(query_positions_L: ArrayLike, key_positions_M: ArrayLike,
+                window: int | None) -> Array | None:
+    """Local attention: query position i sees key position j only when |i - j| <= window,
+    bool [1, 1, q_len, kv_len]; None when ``window`` is None (no limit).
+
+    With the causal mask a decoder position sees itself and the ``window`` positions
+    before it; in the encoder, ``window`` on each side. As a mask it limits what a
+    position reads, not what is computed: every n x n score is still formed and the
+    ones outside the band discarded (the cost of a banded form: docs/transformer.md)."""
+    if window is None:
+        return None
+    offset_LM = jnp.asarray(key_positions_M)[None, :] - jnp.asarray(query_positions_L)[:, None]
+    return (jnp.abs(offset_LM) <= window)[None, None]
+
+
 def segment_mask(query_segments_BL: ArrayLike, key_segments_BM: ArrayLike) -> Array:
     """For packed rows: attention stays inside one segment. bool [batch, 1, q_len, kv_len]."""
     q = jnp.asarray(query_segments_BL)

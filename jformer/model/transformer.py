@@ -67,7 +67,9 @@ def _positions(tokens_BL: Array, given_BL: Array | None,
 
 
 class _Stack(nn.Module):
-    """Shared parts of both stacks: embedding + positions + dropout, final pre-LN norm."""
+    """Shared parts of both stacks: embedding + positions + dropout, final pre-LN norm.
+    With relative positions (Shaw et al.) no position is added: self-attention reads
+    offsets (:mod:`jformer.model.relative`)."""
 
     cfg: ModelConfig
     embed: TokenEmbedding
@@ -75,13 +77,16 @@ class _Stack(nn.Module):
 
     def setup(self):
         cfg = self.cfg
-        self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
+        if cfg.positional != "relative":
+            self.positional = PositionalEncoding(cfg.positional, cfg.max_len, cfg.d_model)
         self.embed_dropout = self.ops.dropout(cfg.dropout_rate)
         if cfg.norm == "pre":  # pre-LN leaves the residual stream unnormalised
             self.final_norm = layer_norm(cfg, self.ops)
 
     def embed_tokens(self, tokens_BL: Array, positions_BL: Array, deterministic: bool) -> Array:
-        x_BLD = self.embed(tokens_BL) + self.positional(positions_BL).astype(dtype_of(self.cfg))
+        x_BLD = self.embed(tokens_BL)
+        if self.cfg.positional != "relative":
+            x_BLD = x_BLD + self.positional(positions_BL).astype(dtype_of(self.cfg))
         return self.embed_dropout(x_BLD, deterministic=deterministic)
 
     def finish(self, x_BLD: Array) -> Array:

@@ -74,11 +74,14 @@ def changed_model_fields(saved: config_lib.ModelConfig,
     """``model.<field>: saved <a>, now <b>`` for each architecture field that differs.
 
     Fields in RESUMABLE_MODEL_FIELDS are not compared; ``max_len`` only with learned
-    positions (a sinusoidal table has no parameters, so raising it is a valid resume).
+    positions (a sinusoidal table has no parameters, so raising it is a valid resume);
+    ``relative_clip`` only with relative positions (no other model reads it).
     """
     skip = set(RESUMABLE_MODEL_FIELDS)
     if "learned" not in (saved.positional, new.positional):
         skip.add("max_len")
+    if "relative" not in (saved.positional, new.positional):
+        skip.add("relative_clip")
     return [f"model.{f.name}: saved {getattr(saved, f.name)}, now {getattr(new, f.name)}"
             for f in dataclasses.fields(config_lib.ModelConfig)
             if f.name not in skip and getattr(saved, f.name) != getattr(new, f.name)]

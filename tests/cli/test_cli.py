@@ -131,6 +131,12 @@ def test_positional_matrix_is_the_table_the_model_adds(reference):
     table, title = positional_matrix(learned)
     np.testing.assert_array_equal(table, params["encoder"]["positional"]["table"])
     assert table.shape == (cfg.max_len, cfg.d_model) and "learned" in title
+    relative_cfg = dataclasses.replace(cfg, positional="relative", relative_clip=4)
+    params = jax.jit(Transformer(relative_cfg).init)(jax.random.key(1), dummy, dummy)["params"]
+    table, title = positional_matrix(Translator(relative_cfg, params, reference.tokenizer))
+    np.testing.assert_array_equal(
+        table, params["encoder"]["layer_0"]["self_attention"]["relative_position_keys"])
+    assert table.shape == (9, cfg.head_dim) and "offsets -4..4" in title
 
 
 def test_average_checkpoints_then_translate_with_it(workdir, tmp_path, capsys, monkeypatch):

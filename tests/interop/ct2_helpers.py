@@ -35,6 +35,8 @@ VARIANTS = {
     "pre_learned_separate_untied_gelu": dict(norm="pre", positional="learned",
                                              share_embeddings=False, tie_output=False,
                                              activation="gelu"),
+    # Shaw et al.'s relative positions, clipped at 3: most offsets of a sentence are clipped
+    "post_relative_shared_tied": dict(norm="post", positional="relative", relative_clip=3),
 }
 
 

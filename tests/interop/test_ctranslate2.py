@@ -1,11 +1,11 @@
 """The CTranslate2 export on random models and on the committed tiny workdir (seconds).
 
 The weight mapping is proved by teacher forcing: for every variant of ct2_helpers
-(post/pre-LN, each position kind, shared or separate embeddings, tied or untied output,
-ReLU/GELU, a non-default epsilon) with every parameter moved off its initial value,
-CTranslate2's per-token log-probs of reference translations equal jformer's (with PAD
-and BOS masked as its step function masks them). Searches on trained models of every
-variant: test_ctranslate2_parity.py (slow).
+(post/pre-LN, each position kind, relative ones too, shared or separate embeddings, tied
+or untied output, ReLU/GELU, a non-default epsilon) with every parameter moved off its
+initial value, CTranslate2's per-token log-probs of reference translations equal
+jformer's (with PAD and BOS masked as its step function masks them). Searches on trained
+models of every variant: test_ctranslate2_parity.py (slow).
 """
 import dataclasses
 import json
@@ -144,6 +144,42 @@ def test_beam_with_ctranslate2s_eos_rule_matches_on_a_random_model(tokenizer, tm
     assert all(a.score > t.score for a, t in differ)
 
 
+def _relative_model(tokenizer, tmp_path):
+    """An untrained model with Shaw et al.'s relative positions clipped at 3 (EOS's output
+    bias raised so that outputs end), its export and a Translator with CTranslate2's
+    beam rule."""
+    cfg = dataclasses.replace(variant_config("pre_concat_shared_untied", tokenizer),
+                              positional="relative", relative_clip=3)
+    params = perturbed_params(cfg, seed=5)
+    params["decoder"]["output_projection"]["bias"][cfg.eos_id] += 2.5
+    translator = Translator(cfg, params, tokenizer, DecodeConfig(
+        batch_size=16, length_buckets=(32,), eos_candidates="top_w"))
+    return translator, export(cfg, params, tokenizer, tmp_path / "ct2")
+
+
+def test_relative_positions_greedy_search_as_jformer_does(tokenizer, tmp_path):
+    """Relative positions in cached decoding: CTranslate2 scores each step against its
+    cache with the offsets jformer's step uses (j - t, clipped), so greedy search gives
+    jformer's tokens and scores on every sentence, past the clip distance."""
+    translator, ct2 = _relative_model(tokenizer, tmp_path)
+    assert_same_search(translator, ct2, SOURCES, beam_size=1, max_len=24,
+                       require_finished=False)
+    greedy = translator.translate(SOURCES, method="greedy", max_len=24, return_scores=True)
+    assert max(len(h.ids) for h in greedy) > 2 * translator.model_cfg.relative_clip
+
+
+@pytest.mark.slow
+def test_relative_positions_beam_search_as_jformer_does(tokenizer, tmp_path):
+    """As above, beam 4, on the sentences jformer's beam finishes."""
+    translator, ct2 = _relative_model(tokenizer, tmp_path)
+    beam = translator.translate(SOURCES, beam_size=4, alpha=0.0, max_len=24,
+                                return_scores=True)
+    done = [s for s, h in zip(SOURCES, beam) if h.finished and len(h.ids) < 24]
+    assert len(done) >= 8, len(done)
+    assert max(len(h.ids) for h in beam if h.finished and len(h.ids) < 24) > 4  # offsets > 3
+    assert_same_search(translator, ct2, done, beam_size=4, max_len=24, require_finished=True)
+
+
 def test_searches_match_on_the_committed_workdir(tmp_path):
     """Greedy: all 24 test sentences, finished or cut at max_len alike. Beam 4: the
     sentences jformer's beam finishes (its forced EOS at max_len is not CTranslate2's).
@@ -225,6 +261,15 @@ def test_an_activation_ctranslate2_lacks_is_refused_by_name(tokenizer):
     with pytest.raises(ct2_export.ExportError,
                        match=r"model\.activation='tanh'.*model\.positional='rotary'"):
         ct2_export.check_exportable(cfg)
+
+
+def test_an_attention_window_is_refused_by_name(tokenizer):
+    cfg = dataclasses.replace(variant_config("post_relative_shared_tied", tokenizer),
+                              attention_window=4)
+    with pytest.raises(ct2_export.ExportError, match=r"model\.attention_window=4: "
+                                                     r"CTranslate2 has no windowed"):
+        ct2_export.check_exportable(cfg)
+    ct2_export.check_exportable(dataclasses.replace(cfg, attention_window=None))
 
 
 def test_a_vocabulary_that_does_not_fit_is_refused(tokenizer):

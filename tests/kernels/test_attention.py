@@ -172,19 +172,34 @@ def test_step_attention_equals_cached_attention_over_the_updated_buffers(index):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_beam_slot_attention_equals_attention_over_each_gathered_prefix():
+@pytest.mark.parametrize("window, relative", [(None, False), (1, False), (None, True),
+                                              (2, True)])
+def test_beam_slot_attention_equals_attention_over_each_gathered_prefix(window, relative):
+    # window: only positions index - window .. index - 1 of the prefix; relative: each
+    # position t's key and value plus Shaw et al.'s vectors a^K_t, a^V_t (the own ones
+    # come with the own k, v)
     batch, beam, heads, head_dim, max_len, index = 2, 3, 2, 4, 5, 3
     q, k, v, kt, vals = _buffers(1, batch, heads, max_len * beam, head_dim, queries=beam)
     slot = jax.random.randint(jax.random.PRNGKey(2), (batch, beam, max_len), 0, beam)
+    a_k, a_v = (jax.random.normal(jax.random.PRNGKey(s), (max_len, head_dim)) for s in (3, 4))
+    if not relative:
+        a_k, a_v = jnp.zeros_like(a_k), jnp.zeros_like(a_v)
+    first = 0 if window is None else index - window
+    positions = {}
+    if window is not None:
+        positions["earlier_T"] = (jnp.arange(max_len) >= first) & (jnp.arange(max_len) < index)
+    if relative:
+        positions["relative"] = (a_k, a_v)
     to_BWHK = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731  [B, H, W, K] -> [B, W, H, K]
     got = beam_slot_attention(to_BWHK(q), kt, vals, slot, jnp.int32(index), to_BWHK(k),
-                              to_BWHK(v))
+                              to_BWHK(v), **positions)
     for b in range(batch):
         for w in range(beam):
-            cols = [t * beam + int(slot[b, w, t]) for t in range(index)]
-            keys = jnp.concatenate([jnp.take(kt[b], jnp.array(cols), axis=2),
+            ts = jnp.arange(first, index)
+            cols = [int(t) * beam + int(slot[b, w, t]) for t in ts]
+            keys = jnp.concatenate([jnp.take(kt[b], jnp.array(cols), axis=2) + a_k[ts].T,
                                     k[b, :, w, :, None]], -1)  # [H, K, T+1]
-            values = jnp.concatenate([jnp.take(vals[b], jnp.array(cols), axis=1),
+            values = jnp.concatenate([jnp.take(vals[b], jnp.array(cols), axis=1) + a_v[ts],
                                       v[b, :, w, None]], 1)  # [H, T+1, K]
             weights = jax.nn.softmax(jnp.einsum("hk,hkt->ht", q[b, :, w] / 2.0, keys), -1)
             np.testing.assert_allclose(got[b, w], jnp.einsum("ht,htk->hk", weights, values),

@@ -153,6 +153,22 @@ def test_searches_over_packed_weights_agree(method, beam):
     assert slot_calls == (copies * layers if beam > 1 else 0)
 
 
+@pytest.mark.parametrize("variant", [dict(positional="relative", relative_clip=2),
+                                     dict(attention_window=3)])
+def test_relative_positions_and_windows_keep_packed_weights_and_xla_beam_attention(variant):
+    """The C++ beam kernel scores q . k alone: models whose scores hold more (relative
+    positions, a window) decode beams over the packed weights with XLA's beam attention
+    (their values: tests/model/test_kernels_switch.py::test_decoding_agrees)."""
+    cfg = dataclasses.replace(CFG, **variant)
+    params = _params(cfg)
+    inputs = np.full((2, 5), 3, np.int32)
+    args = (params, prepared(cfg, params), inputs, np.ones(2, bool), jax.random.key(0),
+            np.float32(0.6), np.float32(1.0))
+    hlo = decode_batch.lower(*args, model_cfg=cfg, ops=resolve(cfg),
+                             spec=SearchSpec("beam", 3, max_len=4)).as_text()
+    assert rows_matmul.TARGET in hlo and native_attention.SLOT_TARGET not in hlo
+
+
 def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
     params = _params(CFG)
     assert packed_weights(dataclasses.replace(CFG, dtype="bfloat16"), params) is None

@@ -71,17 +71,49 @@ def test_multi_head_self_attention_matches_manual_projection():
     mha = MultiHeadAttention(num_heads=2, d_model=6)
     x = jax.random.normal(jax.random.PRNGKey(0), (3, 5, 6))
     mask = masks.causal_mask(5)
-    params = mha.init(jax.random.PRNGKey(1), x, mask, method=MultiHeadAttention.self_attend)
-    # non-zero biases, so a misplaced bias fails the comparison
-    params = jax.tree.map(lambda a: a + 0.1 * jnp.arange(a.size).reshape(a.shape) / a.size, params)
+    params = noised_params(mha, x, mask)
     out = mha.apply(params, x, mask, method=MultiHeadAttention.self_attend)
-    p = params["params"]
-    bias = np.stack([p["q_bias"], np.zeros_like(p["v_bias"]), p["v_bias"]])
-    qkv = np.einsum("bld,djhk->bljhk", x, p["qkv_kernel"]) + bias
-    ctx, _ = reference_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], np.asarray(mask), 0.0)
-    ref = np.einsum("blhk,hkd->bld", ctx, p["out_kernel"]) + p["out_bias"]
+    ref, _ = reference_self_attention(params["params"], x, np.asarray(mask))
     assert out.shape == (3, 5, 6)
     np.testing.assert_allclose(out, ref, atol=1e-5)
+
+
+def noised_params(mha, x, mask):
+    """Self-attention parameters with non-zero biases, so a misplaced bias fails."""
+    params = mha.init(jax.random.PRNGKey(1), x, mask, method=MultiHeadAttention.self_attend)
+    return jax.tree.map(lambda a: a + 0.1 * jnp.arange(a.size).reshape(a.shape) / a.size,
+                        params)
+
+
+def reference_self_attention(p, x, mask):
+    """(output [B, L, D], weights) of self-attention in NumPy from the parameters p."""
+    bias = np.stack([p["q_bias"], np.zeros_like(p["v_bias"]), p["v_bias"]])
+    qkv = np.einsum("bld,djhk->bljhk", x, p["qkv_kernel"]) + bias
+    ctx, w = reference_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], mask, 0.0)
+    return np.einsum("blhk,hkd->bld", ctx, p["out_kernel"]) + p["out_bias"], w
+
+
+@pytest.mark.parametrize("kernels", ["plain", "cpu"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_windowed_self_attention_matches_numpy_reference(kernels, causal):
+    """model.attention_window = 2: each query reads the keys at most 2 positions away
+    (causal: 2 back), combined with the mask it is given (padding here)."""
+    mha = resolve(ModelConfig(kernels=kernels)).attention(num_heads=2, d_model=6, window=2)
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 7, 6))
+    valid = np.ones((2, 7), bool)
+    valid[0, 5:] = False
+    mask = masks.padding_mask(valid, valid)
+    if causal:
+        mask = mask & masks.causal_mask(7)
+    params = noised_params(mha, x, mask)
+    out = mha.apply(params, x, mask, method=MultiHeadAttention.self_attend)
+    i = np.arange(7)
+    band = (np.abs(i[None, :] - i[:, None]) <= 2) & ((i[None, :] <= i[:, None]) | (not causal))
+    # every query of the reference reads the real keys of its band (no empty row)
+    ref, w = reference_self_attention(params["params"], x, valid[:, None, None, :] & band)
+    np.testing.assert_allclose(out[:, :5], ref[:, :5], atol=1e-5)  # padded queries: garbage
+    np.testing.assert_allclose(out[1], ref[1], atol=1e-5)
+    assert (w[1, :, 6, :4] == 0).all() and (w[1, :, 6, 4:] > 0).all()  # 2 back or around
 
 
 def test_attention_weights_are_sown_on_request():

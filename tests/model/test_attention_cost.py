@@ -2,7 +2,9 @@
 
 The matrix-product FLOPs of one encoder layer over n tokens of width d are
 8 n d^2 (Q, K, V and output projections) + 4 n^2 d (Q K^T and weights . V) +
-4 n d d_ff (the FFN), whatever the number of heads.
+4 n d d_ff (the FFN), whatever the number of heads. Relative positions (Shaw et al.)
+double the n^2 term; a window, as a mask, leaves it, and the pairs it keeps are those of
+the banded formula of docs/transformer.md ("Local (windowed) self-attention").
 """
 import jax
 import jax.numpy as jnp
@@ -36,9 +38,10 @@ def matmul_flops(jaxpr) -> int:
     return total
 
 
-def encoder_flops(n: int, d: int, heads: int, d_ff: int, batch: int = 1) -> int:
+def encoder_flops(n: int, d: int, heads: int, d_ff: int, batch: int = 1, **options) -> int:
     cfg = ModelConfig(vocab_size=32, d_model=d, num_heads=heads, num_encoder_layers=1,
-                      num_decoder_layers=1, d_ff=d_ff, max_len=max(n, 8), dropout_rate=0.0)
+                      num_decoder_layers=1, d_ff=d_ff, max_len=max(n, 8), dropout_rate=0.0,
+                      **options)
     model = transformer(cfg)
     inputs = jnp.full((batch, n), 5, jnp.int32)
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0), inputs, inputs)
@@ -74,3 +77,30 @@ def test_the_quadratic_term_overtakes_the_projections_at_n_equal_2d():
     assert (quadratic, linear, constant) == (4 * d, 8 * d * d + 4 * d * d_ff, 0)
     n = 2 * d
     assert quadratic * n * n == 8 * n * d * d
+
+
+def test_relative_positions_double_the_quadratic_term():
+    """Shaw et al.'s q . a^K and weights . a^V are two more n x n x d products: 8 n^2 d."""
+    n, d, d_ff = 12, 32, 64
+    plain = 8 * n * d * d + 4 * n * n * d + 4 * n * d * d_ff
+    assert encoder_flops(n, d, 4, d_ff, positional="relative") == plain + 4 * n * n * d
+
+
+def test_a_window_as_a_mask_computes_every_score():
+    """model.attention_window is a mask: the program still forms all n^2 scores (the
+    saving of a banded form is counted below, not taken)."""
+    assert encoder_flops(12, 32, 4, 64, attention_window=2) == encoder_flops(12, 32, 4, 64)
+
+
+@pytest.mark.parametrize("n, w", [(12, 2), (9, 1), (16, 5), (5, 4)])
+def test_a_window_keeps_the_pairs_of_the_banded_formula(n, w):
+    """The (query, key) pairs a window allows, which a banded form would score (each
+    costs 4d FLOPs in Q K^T and weights . V): n (2w + 1) - w (w + 1) in the encoder,
+    n (w + 1) - w (w + 1) / 2 causal, against n^2 (n > w)."""
+    from jformer.model import masks
+
+    idx = np.arange(n)
+    band = np.asarray(masks.window_mask(idx, idx, w))[0, 0]
+    causal = band & np.asarray(masks.causal_mask(n))[0, 0]
+    assert band.sum() == n * (2 * w + 1) - w * (w + 1)
+    assert causal.sum() == n * (w + 1) - w * (w + 1) // 2

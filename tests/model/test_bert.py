@@ -143,6 +143,20 @@ def test_bert_initialisation_and_the_encoder_is_the_translation_encoder():
     assert np.asarray(jformer_init["encoder"]["layer_0"]["ffn"]["wi"]["kernel"]).std() > 0.1
 
 
+def test_relative_positions_replace_the_position_table():
+    """With model.positional="relative" the encoder adds no position vector; each layer's
+    self-attention holds Shaw et al.'s tables [2k + 1, head_dim] (its outputs under both
+    kernel sets: test_the_encoder_and_heads_agree_under_plain_and_cpu_kernels, slow)."""
+    cfg = dataclasses.replace(CFG, positional="relative", relative_clip=3)
+    x = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    params = jax.eval_shape(lambda a: Bert(cfg, BERT, "pretrain").init(
+        jax.random.PRNGKey(0), a, a), x)["params"]
+    assert "positional" not in params["encoder"]
+    for i in range(cfg.num_encoder_layers):
+        attention = params["encoder"][f"layer_{i}"]["self_attention"]
+        assert attention["relative_position_values"].shape == (7, cfg.head_dim)
+
+
 def test_bad_inputs_are_value_errors_naming_the_argument():
     model, params = make("classify")
     with pytest.raises(ValueError, match="13 positions; the model has model.max_len=12"):
@@ -162,14 +176,17 @@ def noised(params, seed=1):
                                      for p, k in zip(leaves, keys)])
 
 
-@pytest.mark.parametrize("head, norm", [("pretrain", "post"), ("classify", "pre"),
-                                        ("tag", "post"), ("span", "pre")])
-def test_the_encoder_and_heads_agree_under_plain_and_cpu_kernels(head, norm):
+@pytest.mark.parametrize("head, norm, options", [
+    ("pretrain", "post", {}), ("classify", "pre", {}), ("tag", "post", {}), ("span", "pre", {}),
+    # Shaw et al.'s relative positions (no position table) and a window
+    pytest.param("pretrain", "pre", dict(positional="relative", relative_clip=3,
+                                         attention_window=2), marks=pytest.mark.slow)])
+def test_the_encoder_and_heads_agree_under_plain_and_cpu_kernels(head, norm, options):
     """model.kernels: the stock Flax ops and jformer.kernels give the same parameters and
     the same outputs for every head."""
     inputs, types = batch()
     positions = jnp.array([[1, 6, 0], [2, 7, 8]], jnp.int32)
-    cfg = dataclasses.replace(CFG, norm=norm)
+    cfg = dataclasses.replace(CFG, norm=norm, **options)
     plain_cfg, cpu_cfg = (dataclasses.replace(cfg, kernels=k) for k in ("plain", "cpu"))
     plain = Bert(plain_cfg, BERT, head, ops=resolve(plain_cfg))
     cpu = Bert(cpu_cfg, BERT, head, ops=resolve(cpu_cfg))
@@ -183,3 +200,4 @@ def test_the_encoder_and_heads_agree_under_plain_and_cpu_kernels(head, norm):
                for m in (plain, cpu)]
     for p, c in zip(*map(jax.tree.leaves, outputs)):
         np.testing.assert_allclose(c, p, rtol=2e-5, atol=2e-5)
+    assert ("positional" in params["encoder"]) == ("positional" not in options)

@@ -57,6 +57,47 @@ def test_cross_mask_with_segments():
     np.testing.assert_array_equal(m, [[1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0]])
 
 
+def test_window_mask_truth_table():
+    queries, keys = np.array([0, 3, 7]), np.arange(9)  # a decode step's query: any position
+    m = np.asarray(masks.window_mask(queries, keys, 2))
+    assert m.shape == (1, 1, 3, 9)
+    np.testing.assert_array_equal(m[0, 0], np.abs(keys[None, :] - queries[:, None]) <= 2)
+    np.testing.assert_array_equal(m[0, 0, 1], [0, 1, 1, 1, 1, 1, 0, 0, 0])
+    assert masks.window_mask(queries, keys, None) is None
+    # with the causal mask: the position itself and w = 1 before it
+    idx = np.arange(5)
+    both = masks.combine_masks(masks.causal_mask(5), masks.window_mask(idx, idx, 1))
+    np.testing.assert_array_equal(np.asarray(both)[0, 0], (idx[None, :] <= idx[:, None])
+                                  & (idx[None, :] >= idx[:, None] - 1))
+
+
+def test_a_window_limits_what_reaches_each_position_to_layers_times_w():
+    """Two encoder layers with a window of 1: a token reaches the outputs at most 2
+    positions away, and no other; the decoder's logit t reads decoder inputs t-2..t."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from jformer.config import ModelConfig
+    from jformer.model.transformer import Transformer
+    from tests.model.test_relative import drawn_params
+
+    cfg = ModelConfig(vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=2,
+                      num_decoder_layers=2, d_ff=32, max_len=12, dropout_rate=0.0,
+                      attention_window=1, kernels="plain")
+    model, v = transformer(cfg), drawn_params(cfg)
+    inputs = jnp.array([[5, 6, 7, 8, 9, 10, 11, 12, 3]], jnp.int32)
+    changed = inputs.at[0, 4].set(15)
+    encode = lambda x: model.apply(v, x, method=Transformer.encode)  # noqa: E731
+    moved = np.abs(np.asarray(encode(changed) - encode(inputs))).max(-1)[0]
+    np.testing.assert_array_equal(moved > 1e-6, np.abs(np.arange(9) - 4) <= 2)
+    # decoder input t + 1 is target t: target 4 reaches logits 5..7
+    logits = np.asarray(model.apply(v, inputs, changed) - model.apply(v, inputs, inputs))
+    np.testing.assert_array_equal(np.abs(logits).max(-1)[0] > 1e-6,
+                                  (np.arange(9) >= 5) & (np.arange(9) <= 7))
+    assert dataclasses.replace(cfg, attention_window=None).attention_window is None
+
+
 def test_combine_masks_skips_none():
     a = np.array([True, False, True])
     b = np.array([True, True, False])

@@ -310,6 +310,14 @@ def test_changed_model_fields_skips_tokenizer_ids_dropout_and_dtype():
     assert config_checks.changed_model_fields(sin, dataclasses.replace(sin, max_len=128)) == []
     assert config_checks.changed_model_fields(old, dataclasses.replace(sin, d_ff=32)) == [
         "model.d_ff: saved 2048, now 32", "model.positional: saved learned, now sinusoidal"]
+    # relative_clip is the shape of a parameter with relative positions only; a window
+    # changes the function either way
+    assert config_checks.changed_model_fields(sin, dataclasses.replace(sin, relative_clip=8)) == []
+    rel = dataclasses.replace(old, positional="relative")
+    assert config_checks.changed_model_fields(rel, dataclasses.replace(rel, relative_clip=8)) == [
+        "model.relative_clip: saved 16, now 8"]
+    assert config_checks.changed_model_fields(sin, dataclasses.replace(
+        sin, attention_window=4)) == ["model.attention_window: saved None, now 4"]
 
 
 @pytest.mark.slow
