@@ -4,6 +4,7 @@ Nothing here knows the model: a search takes ``step_fn(tokens, step, state) -> (
 state)`` (:mod:`jformer.search.loop`), so it is tested on toy Markov chains.
 """
 from jformer.search.beam import Candidates, Reorder, beam_search, gather_rows, top_extensions
+from jformer.search.constrained import constrained_beam_search
 from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_knob,
                                  chunked_decode_loop, host_length_penalty, length_penalty)
 from jformer.search.prefix import Constraint, prefix_constraint
@@ -11,6 +12,6 @@ from jformer.search.sampling import greedy_search, row_keys, sample, typed_keys
 
 __all__ = ["Candidates", "Constraint", "DecodeResult", "Reorder", "StepFn", "argmax", "beam_search",
            "call_step_fn", "check_knob",
-           "chunked_decode_loop", "gather_rows", "greedy_search", "host_length_penalty",
+           "chunked_decode_loop", "constrained_beam_search", "gather_rows", "greedy_search", "host_length_penalty",
            "length_penalty", "prefix_constraint", "row_keys",
            "sample", "top_extensions", "typed_keys"]

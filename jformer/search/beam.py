@@ -107,10 +107,23 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     alive_BWT = jnp.take_along_axis(c.alive_BWT, parent_BW[:, :, None], axis=1)
     alive_BWT = lax.dynamic_update_slice(alive_BWT, token_BW[:, :, None], (0, 0, step))
 
-    # Finished: merge the old W with the EOS candidates (length step + 1, EOS counted).
+    fin_BWT, fin_score_BW = merge_finished(c, finish_BC, cand_logp_BC, parent_BC, step,
+                                           alpha=alpha, eos_id=eos_id, pad_id=pad_id)
+
+    state = reorder(new_state, parent_BW)  # the state follows the alive beams
+    return advance(c, state, token_BW, alive_BWT, alive_logp_BW, fin_BWT, fin_score_BW,
+                   max_len=max_len, alpha=alpha, n_best=n_best)
+
+
+def merge_finished(c: _BeamCarry, finish_BC: jax.Array, cand_logp_BC: jax.Array,
+                   parent_BC: jax.Array, step: jax.Array, *, alpha: jax.typing.ArrayLike,
+                   eos_id: int, pad_id: int) -> tuple[jax.Array, jax.Array]:
+    """The W best of the old finished set and the candidates flagged ``finish_BC``
+    (EOS extensions of their parents, length step + 1, EOS counted): (tokens, scores)."""
+    w = c.fin_score_BW.shape[1]
     new_score_BC = jnp.where(finish_BC, cand_logp_BC / length_penalty(step + 1, alpha),
                              -jnp.inf)
-    # [B, W] ++ [B, 2W] -> [B, 3W] -> best W
+    # [B, W] ++ [B, C] -> [B, W + C] -> best W
     fin_score_BW, pick_BW = lax.top_k(
         jnp.concatenate([c.fin_score_BW, new_score_BC], axis=1), w)
     is_new_BW = (pick_BW >= w) & (fin_score_BW > -jnp.inf)
@@ -121,9 +134,17 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     fin_BWT = jnp.take_along_axis(pool_BCT, source_BW[:, :, None], axis=1)
     # Position `step` is pad_id in both sources (finished: after EOS; alive: unwritten).
     eos_col_BW1 = jnp.where(is_new_BW, eos_id, pad_id)[:, :, None].astype(jnp.int32)
-    fin_BWT = lax.dynamic_update_slice(fin_BWT, eos_col_BW1, (0, 0, step))
+    return lax.dynamic_update_slice(fin_BWT, eos_col_BW1, (0, 0, step)), fin_score_BW
 
-    state = reorder(new_state, parent_BW)  # the state follows the alive beams
+
+def advance(c: _BeamCarry, state: PyTree, token_BW: jax.Array, alive_BWT: jax.Array,
+            alive_logp_BW: jax.Array, fin_BWT: jax.Array, fin_score_BW: jax.Array, *,
+            max_len: int, alpha: jax.typing.ArrayLike, n_best: int,
+            sorted_alive: bool = True) -> _BeamCarry:
+    """The next carry: done rows keep their values; a row is done once its n_best-th
+    finished hypothesis beats anything an alive one can still reach (``sorted_alive``:
+    the alive log-probs are sorted best first, so the best is the first)."""
+    batch = c.prev_BW.shape[0]
 
     def keep(old: jax.Array, new: jax.Array) -> jax.Array:
         done = c.done_B.reshape((batch,) + (1,) * (old.ndim - 1))
@@ -133,8 +154,8 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
                      keep(c.alive_logp_BW, alive_logp_BW), keep(c.fin_BWT, fin_BWT),
                      keep(c.fin_score_BW, fin_score_BW), c.done_B,
                      c.steps_B + (~c.done_B).astype(jnp.int32))
-    best_alive_bound_B = out.alive_logp_BW[:, 0] / length_penalty(max_len, alpha)
-    # Done once the n_best-th finished hypothesis beats anything an alive one can reach.
+    best_alive_B = out.alive_logp_BW[:, 0] if sorted_alive else out.alive_logp_BW.max(1)
+    best_alive_bound_B = best_alive_B / length_penalty(max_len, alpha)
     return out._replace(done_B=c.done_B | (out.fin_score_BW[:, n_best - 1]
                                            > best_alive_bound_B))
 
@@ -210,6 +231,29 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       finished before the row stopped; at max_len EOS is forced, so a finished
       hypothesis of length max_len may have been cut there), num_steps.
     """
+    chunk_size = check_beam_args(state, batch_size=batch_size, beam_size=beam_size,
+                                 max_len=max_len, alpha=alpha, bos_id=bos_id, eos_id=eos_id,
+                                 pad_id=pad_id, chunk_size=chunk_size, min_len=min_len,
+                                 n_best=n_best, eos_candidates=eos_candidates)
+    init = init_carry(state, batch_size, beam_size, max_len, bos_id=bos_id, pad_id=pad_id,
+                      tile=reorder is None)
+
+    def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
+        return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
+                          alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len,
+                          n_best=n_best, candidates=candidates,
+                          eos_candidates=eos_candidates, constrain=constrain)
+
+    out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
+                                         max_len=max_len, chunk_size=chunk_size)
+    return DecodeResult(*_final_beams(out, alpha=alpha, eos_id=eos_id, pad_id=pad_id),
+                        num_steps)
+
+
+def check_beam_args(state: PyTree, *, batch_size: int, beam_size: int, max_len: int,
+                    alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int, pad_id: int,
+                    chunk_size: int, min_len: int, n_best: int, eos_candidates: str) -> int:
+    """Validates :func:`beam_search`'s arguments; returns the effective chunk size."""
     chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
                                    chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
                                    eos_id=eos_id, pad_id=pad_id)
@@ -222,13 +266,18 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     if eos_candidates not in EOS_CANDIDATES:
         raise ValueError(f"eos_candidates must be one of {EOS_CANDIDATES}; "
                          f"got {eos_candidates!r}")
-    b, w = batch_size, beam_size
+    return chunk_size
+
+
+def init_carry(state: PyTree, b: int, w: int, max_len: int, *, bos_id: int, pad_id: int,
+               tile: bool) -> _BeamCarry:
+    """The carry before step 0; ``tile``: repeat each state row W times (else the state
+    already holds the B*W hypotheses)."""
     # Only beam 0 starts alive, so the W identical copies do not fill the beam.
     first_alive_W = jnp.where(jnp.arange(w) == 0, 0.0, -jnp.inf).astype(jnp.float32)
-    init = _BeamCarry(
+    return _BeamCarry(
         # [B, ...] -> [B*W, ...], each row repeated W times (row b*W + w = beam w of b)
-        state=(jax.tree.map(lambda x: jnp.repeat(x, w, axis=0), state) if reorder is None
-               else state),
+        state=jax.tree.map(lambda x: jnp.repeat(x, w, axis=0), state) if tile else state,
         prev_BW=jnp.full((b, w), bos_id, jnp.int32),
         alive_BWT=jnp.full((b, w, max_len), pad_id, jnp.int32),
         alive_logp_BW=jnp.broadcast_to(first_alive_W, (b, w)),
@@ -236,14 +285,3 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         fin_score_BW=jnp.full((b, w), -jnp.inf, jnp.float32),
         done_B=jnp.zeros((b,), bool),
         steps_B=jnp.zeros((b,), jnp.int32))
-
-    def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
-        return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
-                          alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len,
-                          n_best=n_best, candidates=candidates,
-                          eos_candidates=eos_candidates, constrain=constrain)
-
-    out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
-                                         max_len=max_len, chunk_size=chunk_size)
-    return DecodeResult(*_final_beams(out, alpha=alpha, eos_id=eos_id, pad_id=pad_id),
-                        num_steps)
