@@ -47,6 +47,10 @@ class TranslateRequest(_Strict):
     prefix_bias_beta: float | None = Field(
         None, gt=0, lt=1, allow_inf_nan=False, description="only bias the search towards "
         "target_prefix, by this weight in (0, 1), instead of forcing it")
+    constraints: list[str] | list[list[str] | None] | None = Field(
+        None, description="per text (a list of strings when q is one): target phrases its "
+                          "translation must contain (method beam; a text of one line; at "
+                          "most 8 phrases of 16 tokens each)")
 
 
 class ScoreRequest(_Strict):
