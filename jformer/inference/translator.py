@@ -258,7 +258,7 @@ class Translator:
         sources = Sources.of(encoded)
         first = [wanted[o] if j == 0 else None for o, j in zip(sources.owner, sources.piece)]
         cons = for_sources(phrases, sources.owner, sources.piece)
-        for i, ids in enumerate(sources.ids):  # an empty source with a prefix: decode it
+        for i, ids in enumerate(sources.ids):  # empty, with a prefix or constraints: decode
             if ids is None and (first[i] is not None or cons[i] is not None):
                 sources.ids[i] = np.array([self.model_cfg.eos_id], np.int32)
         hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first,
