@@ -25,6 +25,7 @@ def files(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_outputs_keep_their_constraints_and_glossary_terms(workdir, files, capsys):
     status, out, err = run_cli(["translate", "--workdir", workdir, "--input",
                                 files / "in.en", "--constraints", files / "cons.de",

@@ -43,6 +43,7 @@ def test_every_output_contains_its_phrases_and_others_are_unchanged(translator):
     assert all(h.ids.tolist() != f.ids.tolist() for p, h, f in zip(PHRASES, out, free) if p)
 
 
+@pytest.mark.slow
 def test_a_mixed_batch_equals_each_sentence_alone(translator):
     batch = translator.translate(SENTENCES, return_scores=True, constraints=PHRASES)
     for s, p, h in zip(SENTENCES[:2], PHRASES[:2], batch[:2]):

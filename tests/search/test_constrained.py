@@ -66,14 +66,15 @@ def test_every_finished_output_contains_its_phrases(seed):
                 assert seq[-1] == IDS["eos_id"] and IDS["eos_id"] not in seq[:-1]
 
 
-def test_without_phrases_it_is_plain_beam_search():
-    for seed, eos_candidates in ((3, "all"), (4, "top_w")):
-        table = random_table(seed, steps=MAX_LEN)
-        plain = run(table, None, eos_candidates=eos_candidates)
-        none = run(table, pack([[]] * B), eos_candidates=eos_candidates)
-        np.testing.assert_array_equal(none.tokens, plain.tokens)
-        np.testing.assert_allclose(none.scores, plain.scores, rtol=1e-6)
-        np.testing.assert_array_equal(none.finished, plain.finished)
+@pytest.mark.parametrize("seed, eos_candidates", [
+    (3, "all"), pytest.param(4, "top_w", marks=pytest.mark.slow)])
+def test_without_phrases_it_is_plain_beam_search(seed, eos_candidates):
+    table = random_table(seed, steps=MAX_LEN)
+    plain = run(table, None, eos_candidates=eos_candidates)
+    none = run(table, pack([[]] * B), eos_candidates=eos_candidates)
+    np.testing.assert_array_equal(none.tokens, plain.tokens)
+    np.testing.assert_allclose(none.scores, plain.scores, rtol=1e-6)
+    np.testing.assert_array_equal(none.finished, plain.finished)
 
 
 def test_a_mixed_batch_equals_each_row_alone():

@@ -19,6 +19,7 @@ def client(translator):
         yield c
 
 
+@pytest.mark.slow
 def test_constraints_give_the_translators_answers(client, translator):
     r = post(client, {"q": SENTENCES, "constraints": PHRASES})
     assert r.status_code == 200, r.text
