@@ -129,7 +129,7 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
                    rng: Array, alpha: jax.typing.ArrayLike = 0.0,
                    temperature: jax.typing.ArrayLike = 1.0, prefix_BP: Array | None = None,
                    prefix_beta: jax.typing.ArrayLike = 0.0, constraints_BCL: Array | None = None,
-                   *, model_cfg: ModelConfig, ops: Ops,
+                   phrase_ends_V: Array | None = None, *, model_cfg: ModelConfig, ops: Ops,
                    spec: SearchSpec) -> search.DecodeResult:
     """Encode + init cache + search for one batch, as one compiled program.
 
@@ -148,6 +148,8 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
       constraints_BCL: int32 [batch, spec.constraint_count, spec.constraint_len]
         lexical constraints, -1 padding (:mod:`jformer.search.constrained`); read only
         when spec.constraint_count > 0 (beam search).
+      phrase_ends_V: bool [vocab], the tokens that may follow a constraint (a phrase is
+        then a whole word; :func:`search.constrained_beam_search`); None: any.
       model_cfg, ops: the model and the set of pieces it runs with (static).
     Returns:
       DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
@@ -171,7 +173,8 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
                        n_best=spec.n_best, candidates=ops.beam_candidates,
                        eos_candidates=spec.eos_candidates, **common)
         if spec.constraint_count:
-            return search.constrained_beam_search(step_fn, state, constraints_BCL, **beam_kw)
+            return search.constrained_beam_search(step_fn, state, constraints_BCL,
+                                                  phrase_ends=phrase_ends_V, **beam_kw)
         return search.beam_search(step_fn, state, **beam_kw)
     if spec.method == "sample":
         out = search.sample(step_fn, state, rng, temperature=temperature,
@@ -196,7 +199,8 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
                           temperature: jax.typing.ArrayLike = 1.0,
                           prefix_BP: Array | None = None,
                           prefix_beta: jax.typing.ArrayLike = 0.0,
-                          constraints_BCL: Array | None = None, *, model_cfg: ModelConfig,
+                          constraints_BCL: Array | None = None,
+                          phrase_ends_V: Array | None = None, *, model_cfg: ModelConfig,
                           ops: Ops, spec: SearchSpec,
                           mesh: jax.sharding.Mesh) -> search.DecodeResult:
     """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
@@ -207,8 +211,8 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
     products may differ; each row samples with its own key of ``rng``, so sampling
     gives what one device gives, too). ``num_steps`` is the largest over the devices.
     """
-    def local(p, w, x, v, r, a, t, f, b, c):
-        out = decode_program(p, w, x, v, r, a, t, f, b, c, model_cfg=model_cfg, ops=ops,
+    def local(p, w, x, v, r, a, t, f, b, c, e):
+        out = decode_program(p, w, x, v, r, a, t, f, b, c, e, model_cfg=model_cfg, ops=ops,
                              spec=spec)
         return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
 
@@ -219,11 +223,13 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
     if constraints_BCL is None:
         constraints_BCL = jnp.full((inputs_BS.shape[0], spec.constraint_count,
                                     spec.constraint_len), -1, jnp.int32)
+    if phrase_ends_V is None:  # any token may follow a phrase
+        phrase_ends_V = jnp.ones((model_cfg.vocab_size,), bool)
     out = jax.shard_map(local, mesh=mesh,
-                        in_specs=(P(), P(), rows, rows, rows, P(), P(), rows, P(), rows),
+                        in_specs=(P(), P(), rows, rows, rows, P(), P(), rows, P(), rows, P()),
                         out_specs=search.DecodeResult(rows, rows, rows, rows, rows),
                         check_vma=False)(params, prepared, inputs_BS, valid_B, keys_B,
                                          jnp.float32(alpha), jnp.float32(temperature),
                                          prefix_BP, jnp.float32(prefix_beta),
-                                         constraints_BCL)
+                                         constraints_BCL, phrase_ends_V)
     return out._replace(num_steps=out.num_steps.max())

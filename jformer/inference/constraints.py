@@ -19,12 +19,15 @@ the plain program.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
 from typing import Sequence
 
 import numpy as np
+
+from jformer.data.tokenizer import WORD_START
 
 MAX_PHRASES = 8
 MAX_PHRASE_TOKENS = 16
@@ -113,6 +116,19 @@ def batch_constraints(wanted: Sequence[list[np.ndarray] | None], owners: Sequenc
     return out, dataclasses.replace(
         spec, method="beam", beam_size=beam_size, n_best=n_best,
         eos_candidates=eos_candidates, constraint_count=count, constraint_len=width)
+
+
+@functools.lru_cache(maxsize=8)
+def phrase_ends(tokenizer) -> np.ndarray:
+    """bool [vocab]: the target pieces that may follow a constraint, so that a phrase
+    ends at a word boundary ("Topf" is not met inside "Topfs"): pieces that begin a word
+    (sentencepiece's U+2581) or begin with punctuation (byte pieces excluded)."""
+    out = np.zeros(tokenizer.vocab_size, bool)
+    for i in range(tokenizer.vocab_size):
+        piece = tokenizer.id_to_piece(i)
+        byte = piece.startswith("<0x") and piece.endswith(">")
+        out[i] = bool(piece) and (piece[0] == WORD_START or (not byte and not piece[0].isalnum()))
+    return out
 
 
 def _power_of_two(n: int, least: int) -> int:

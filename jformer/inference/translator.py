@@ -30,7 +30,8 @@ from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_bat
                                             encode_and_init, make_step_fn, prepare)
 from jformer.inference import compile_cache as xla_cache
 from jformer.inference import forced, memory, prefixes
-from jformer.inference.constraints import batch_constraints, encode_constraints, for_sources
+from jformer.inference.constraints import (batch_constraints, encode_constraints,
+                                           for_sources, phrase_ends)
 from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
 from jformer.inference.keys import key_source
 from jformer.inference.precision import for_decoding
@@ -364,7 +365,7 @@ class Translator:
         valid_B = np.arange(batch_size) < len(rows)
         # Traced float32 scalars: another alpha or temperature reuses the compiled search.
         knobs = (np.float32(alpha), np.float32(temperature), prefix_BP, np.float32(beta),
-                 cons_BCL)
+                 cons_BCL, None if cons_BCL is None else phrase_ends(self.tokenizer))
         if self.mesh is None:
             out = decode_batch(self.params, self.prepared, inputs_BS, valid_B, rng, *knobs,
                                model_cfg=cfg, ops=self.ops, spec=spec)

@@ -12,6 +12,7 @@ from jformer.search.sampling import greedy_search, row_keys, sample, typed_keys
 
 __all__ = ["Candidates", "Constraint", "DecodeResult", "Reorder", "StepFn", "argmax", "beam_search",
            "call_step_fn", "check_knob",
-           "chunked_decode_loop", "constrained_beam_search", "gather_rows", "greedy_search", "host_length_penalty",
+           "chunked_decode_loop", "constrained_beam_search", "gather_rows", "greedy_search",
+           "host_length_penalty",
            "length_penalty", "prefix_constraint", "row_keys",
            "sample", "top_extensions", "typed_keys"]

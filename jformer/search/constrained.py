@@ -15,7 +15,10 @@ Each step's candidates, per row:
 - per hypothesis, its best token.
 
 Duplicates are dropped. EOS is only allowed to a hypothesis that has met all its
-phrases. The W alive slots are then shared across banks (dynamic beam allocation):
+phrases. With ``phrase_ends`` (bool [V]), a phrase counts as met only when the token
+after it may end it (a word start or punctuation; EOS): a phrase followed by any other
+token is unmet again, and each hypothesis that just completed a phrase adds its best
+such token to the candidates. The W alive slots are then shared across banks (dynamic beam allocation):
 candidates are ranked within their bank by score and taken round-robin, rank 0 of every
 bank first (highest bank first), then rank 1, and so on, so banks with fewer
 candidates leave their slots to the others. EOS candidates take places in that order
@@ -49,14 +52,22 @@ class _ConstrainedCarry(NamedTuple):
     met_BWC: jax.Array         # bool [B, W, C]: phrase c written by alive hypothesis w
     at_BW: jax.Array           # int32 [B, W]: the phrase being written, -1 none
     pos_BW: jax.Array          # int32 [B, W]: its tokens written so far
+    just_BW: jax.Array         # int32 [B, W]: the phrase the last token completed, -1 none
 
 
 def advance_phrases(cons_BCL: jax.Array, met_BKC: jax.Array, at_BK: jax.Array,
-                    pos_BK: jax.Array, token_BK: jax.Array
-                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+                    pos_BK: jax.Array, token_BK: jax.Array, just_BK: jax.Array | None = None,
+                    ends_V: jax.Array | None = None) -> tuple[jax.Array, ...]:
     """The phrase state after writing ``token_BK`` (K hypotheses per row, each with its
-    own state); returns (met, at, pos, bank) with bank = constraint tokens met."""
+    own state); returns (met, at, pos, bank, just) with bank = constraint tokens met and
+    just the phrase this token completed (-1: none). With ``ends_V`` (bool [V]: tokens
+    that may follow a phrase, e.g. word starts), a phrase completed by the previous token
+    (``just_BK``) and followed by any other token counts as unmet again."""
     c_count, width = cons_BCL.shape[1:]
+    phrase_C = jnp.arange(c_count)
+    if ends_V is not None:
+        broken_BK = (just_BK >= 0) & ~ends_V[token_BK]
+        met_BKC = met_BKC & ~(broken_BK[:, :, None] & (phrase_C == just_BK[:, :, None]))
     len_BC = jnp.sum(cons_BCL >= 0, axis=2).astype(jnp.int32)
     # [B, K]: the token that continues the phrase in progress (-1: none)
     at_safe_BK = jnp.maximum(at_BK, 0)
@@ -73,12 +84,12 @@ def advance_phrases(cons_BCL: jax.Array, met_BKC: jax.Array, at_BK: jax.Array,
     new_pos_BK = jnp.where(continues_BK, pos_BK + 1, (new_at_BK >= 0).astype(jnp.int32))
     cur_len_BK = jnp.take_along_axis(len_BC, jnp.maximum(new_at_BK, 0), axis=1)
     complete_BK = (new_at_BK >= 0) & (new_pos_BK == cur_len_BK)
-    met_BKC = met_BKC | (complete_BK[:, :, None]
-                         & (jnp.arange(c_count) == new_at_BK[:, :, None]))
+    met_BKC = met_BKC | (complete_BK[:, :, None] & (phrase_C == new_at_BK[:, :, None]))
+    new_just_BK = jnp.where(complete_BK, new_at_BK, -1)
     new_at_BK = jnp.where(complete_BK, -1, new_at_BK)
     new_pos_BK = jnp.where(complete_BK, 0, new_pos_BK)
     bank_BK = jnp.sum(jnp.where(met_BKC, len_BC[:, None, :], 0), axis=2) + new_pos_BK
-    return met_BKC, new_at_BK, new_pos_BK, bank_BK.astype(jnp.int32)
+    return met_BKC, new_at_BK, new_pos_BK, bank_BK.astype(jnp.int32), new_just_BK
 
 
 def allocate(score_BK: jax.Array, bank_BK: jax.Array, valid_BK: jax.Array,
@@ -104,7 +115,8 @@ def _constrained_step(c: _ConstrainedCarry, step: jax.Array, step_fn: StepFn,
                       reorder: Reorder, cons_BCL: jax.Array, *, max_len: int,
                       alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int, min_len: int,
                       n_best: int, candidates: Candidates, eos_candidates: str,
-                      constrain: Constraint | None) -> _ConstrainedCarry:
+                      constrain: Constraint | None,
+                      ends_V: jax.Array | None) -> _ConstrainedCarry:
     bc = c.beam
     batch, w = bc.prev_BW.shape
     c_count, width = cons_BCL.shape[1:]
@@ -135,9 +147,14 @@ def _constrained_step(c: _ConstrainedCarry, step: jax.Array, step_fn: StepFn,
     next_BW = jnp.where(c.at_BW >= 0, next_BW, -1)
     starts_BWC = jnp.where(c.met_BWC, -1, cons_BCL[:, None, :, 0])
     best_BW = jnp.argmax(ext_BWV, axis=2).astype(jnp.int32)
-    extra_BWE = jnp.concatenate([next_BW[:, :, None], starts_BWC, best_BW[:, :, None]], 2)
-    extra_BX = extra_BWE.reshape(batch, -1)  # [B, W * (C + 2)], beam-major
-    extra_parent_BX = jnp.repeat(jnp.arange(w, dtype=jnp.int32), c_count + 2)[None]
+    extra = [next_BW[:, :, None], starts_BWC, best_BW[:, :, None]]
+    if ends_V is not None:  # and the best token that may follow a phrase just completed
+        end_BW = jnp.argmax(jnp.where(ends_V, ext_BWV, -jnp.inf), axis=2).astype(jnp.int32)
+        extra.append(jnp.where(c.just_BW >= 0, end_BW, -1)[:, :, None])
+    extra_BWE = jnp.concatenate(extra, axis=2)
+    per_beam = extra_BWE.shape[2]
+    extra_BX = extra_BWE.reshape(batch, -1)  # [B, W * per_beam], beam-major
+    extra_parent_BX = jnp.repeat(jnp.arange(w, dtype=jnp.int32), per_beam)[None]
     extra_parent_BX = jnp.broadcast_to(extra_parent_BX, extra_BX.shape)
     extra_logp_BX = jnp.take_along_axis(
         ext_BWV.reshape(batch, w * vocab), extra_parent_BX * vocab
@@ -159,8 +176,9 @@ def _constrained_step(c: _ConstrainedCarry, step: jax.Array, step_fn: StepFn,
     # Each candidate's phrase state and bank; its place in the round-robin over banks.
     take = lambda x: jnp.take_along_axis(x, parent_BK.reshape(  # noqa: E731
         (batch, k) + (1,) * (x.ndim - 2)), axis=1)
-    met_BKC, at_BK, pos_BK, bank_BK = advance_phrases(
-        cons_BCL, take(c.met_BWC), take(c.at_BW), take(c.pos_BW), token_BK)
+    met_BKC, at_BK, pos_BK, bank_BK, just_BK = advance_phrases(
+        cons_BCL, take(c.met_BWC), take(c.at_BW), take(c.pos_BW), token_BK,
+        take(c.just_BW), ends_V)
     place_BK = allocate(cand_logp_BK, bank_BK, valid_BK, c_count * width)
     is_eos_BK = token_BK == eos_id
     finish_BK = is_eos_BK & valid_BK & (place_BK < (2 * w if eos_candidates == "all" else w))
@@ -183,7 +201,7 @@ def _constrained_step(c: _ConstrainedCarry, step: jax.Array, step_fn: StepFn,
     keep = lambda old, new: jnp.where(  # noqa: E731
         done_B1.reshape((batch,) + (1,) * (old.ndim - 1)), old, new)
     return _ConstrainedCarry(out, keep(c.met_BWC, pick(met_BKC)), keep(c.at_BW, pick(at_BK)),
-                             keep(c.pos_BW, pick(pos_BK)))
+                             keep(c.pos_BW, pick(pos_BK)), keep(c.just_BW, pick(just_BK)))
 
 
 def constrained_beam_search(step_fn: StepFn, state: PyTree, constraints_BCL: jax.Array, *,
@@ -193,12 +211,16 @@ def constrained_beam_search(step_fn: StepFn, state: PyTree, constraints_BCL: jax
                             reorder: Reorder | None = None, n_best: int = 1,
                             candidates: Candidates = top_extensions,
                             eos_candidates: str = "all",
-                            constrain: Constraint | None = None) -> DecodeResult:
+                            constrain: Constraint | None = None,
+                            phrase_ends: jax.Array | None = None) -> DecodeResult:
     """Beam search whose outputs contain every phrase of their row (module docstring).
 
     Takes :func:`jformer.search.beam.beam_search`'s arguments, plus ``constraints_BCL``
-    int32 [batch_size, C, L] (token ids, -1 padding; C, L >= 1). Returns its
-    DecodeResult; a finished hypothesis contains all its row's phrases.
+    int32 [batch_size, C, L] (token ids, -1 padding; C, L >= 1), and ``phrase_ends``:
+    None, or bool [V], the tokens that may follow a phrase (word starts and
+    punctuation, so that a phrase is a whole word: "Topf" is not met by "Topfs"; EOS
+    always may). Returns its DecodeResult; a finished hypothesis contains all its row's
+    phrases.
     """
     chunk_size = check_beam_args(state, batch_size=batch_size, beam_size=beam_size,
                                  max_len=max_len, alpha=alpha, bos_id=bos_id, eos_id=eos_id,
@@ -213,13 +235,17 @@ def constrained_beam_search(step_fn: StepFn, state: PyTree, constraints_BCL: jax
     beam = init_carry(state, b, w, max_len, bos_id=bos_id, pad_id=pad_id,
                       tile=reorder is None)
     init = _ConstrainedCarry(beam, jnp.zeros((b, w, c_count), bool),
-                             jnp.full((b, w), -1, jnp.int32), jnp.zeros((b, w), jnp.int32))
+                             jnp.full((b, w), -1, jnp.int32), jnp.zeros((b, w), jnp.int32),
+                             jnp.full((b, w), -1, jnp.int32))
+    ends_V = None if phrase_ends is None else (
+        jnp.asarray(phrase_ends, bool).at[eos_id].set(True))
 
     def body(c: _ConstrainedCarry, step: jax.Array) -> _ConstrainedCarry:
         return _constrained_step(c, step, step_fn, reorder or gather_rows, cons_BCL,
                                  max_len=max_len, alpha=alpha, eos_id=eos_id, pad_id=pad_id,
                                  min_len=min_len, n_best=n_best, candidates=candidates,
-                                 eos_candidates=eos_candidates, constrain=constrain)
+                                 eos_candidates=eos_candidates, constrain=constrain,
+                                 ends_V=ends_V)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.beam.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

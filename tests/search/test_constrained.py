@@ -12,7 +12,7 @@ import pytest
 from jformer.search import constrained_beam_search
 from jformer.search.beam import beam_search
 from jformer.search.constrained import advance_phrases, allocate
-from tests.search.test_search import B, IDS, W, random_table, rows_state, table_step_fn
+from tests.search.test_search import B, IDS, V, W, random_table, rows_state, table_step_fn
 
 MAX_LEN = 10
 
@@ -100,11 +100,40 @@ def test_advance_phrases_tracks_progress_breaks_and_completion():
     at, pos = jnp.full((1, 1), -1), jnp.zeros((1, 1), jnp.int32)
     seen = []
     for tok in [2, 0, 2, 3, 5]:
-        met, at, pos, bank = advance_phrases(cons, met, at, pos, jnp.array([[tok]]))
+        met, at, pos, bank, _ = advance_phrases(cons, met, at, pos, jnp.array([[tok]]))
         seen.append((int(at[0, 0]), int(pos[0, 0]), int(bank[0, 0])))
     # start [2 3], break on 0, restart, complete it (bank 2), then [5] (bank 3)
     assert seen == [(0, 1, 1), (-1, 0, 0), (0, 1, 1), (-1, 0, 2), (-1, 0, 3)]
     assert np.asarray(met).all()
+
+
+def test_a_phrase_followed_by_a_non_end_token_is_unmet_again():
+    cons = pack([[[2, 3]]])
+    ends = jnp.array([False, True, False, False, False, True, False])  # 1 (EOS) and 5
+    for follow, still_met in ((0, False), (5, True), (1, True)):
+        met = jnp.zeros((1, 1, 2), bool)
+        at, pos, just = jnp.full((1, 1), -1), jnp.zeros((1, 1), jnp.int32), jnp.full((1, 1), -1)
+        for tok in (2, 3, follow):
+            met, at, pos, bank, just = advance_phrases(cons, met, at, pos, jnp.array([[tok]]),
+                                                       just, ends)
+        assert bool(met[0, 0, 0]) == still_met and int(bank[0, 0]) == 2 * still_met
+
+
+def test_with_phrase_ends_every_phrase_is_followed_by_an_end_token():
+    ends = np.zeros(V, bool)
+    ends[[0, 5]] = True  # besides EOS
+    table = random_table(7, steps=MAX_LEN)
+    out = constrained_beam_search(table_step_fn(table), rows_state(B), pack(PHRASES),
+                                  batch_size=B, beam_size=W, max_len=MAX_LEN, alpha=0.6,
+                                  phrase_ends=jnp.asarray(ends), **IDS)
+    tokens, lengths, fin = map(np.asarray, (out.tokens, out.lengths, out.finished))
+    for r, phrases in enumerate(PHRASES):
+        assert fin[r, 0]
+        seq = tokens[r, 0, :lengths[r, 0]].tolist()
+        for p in phrases:
+            n = len(p)
+            assert any(seq[i:i + n] == p and (seq[i + n] == IDS["eos_id"] or ends[seq[i + n]])
+                       for i in range(len(seq) - n)), (seq, p)
 
 
 def test_allocate_takes_banks_round_robin_highest_first():
