@@ -6,7 +6,7 @@ import contextlib
 import io
 import sys
 import warnings
-from typing import Iterable, TextIO
+from typing import Iterable, NamedTuple, TextIO
 
 from jformer.cli.common import (add_compile_cache_arg, add_model_args, add_search_args,
                                 load_translator, search_kwargs)
@@ -44,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "from the end; default: the run's decode.alignment_layer, the last)")
     p.add_argument("--alignment-head", type=int, default=None, metavar="H",
                    help="that layer's head (e.g. a guided one; default: the mean of all)")
+    p.add_argument("--constraints", default=None, metavar="FILE",
+                   help="a line per input line: target phrases its translation must "
+                        "contain, as a JSON list or tab-separated (an empty line: none); "
+                        "beam search only")
+    p.add_argument("--glossary", default=None, metavar="FILE",
+                   help="'source<TAB>target' terms: where a line contains a source term "
+                        "(whole words, any case), its target term becomes a constraint")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -61,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
         name = "stdin" if args.input == "-" else args.input
         translate_stream(translator, line_batches(src, name, args.chunk_lines), out,
                           search_kwargs(args), args.quiet, name, args.n_best,
-                          prefix_lines(args), args.alignments)
+                          prefix_lines(args), constraint_lines(args), args.alignments)
 
 
 def prefix_lines(args: argparse.Namespace) -> tuple[str, list[str]] | None:
@@ -75,6 +82,25 @@ def prefix_lines(args: argparse.Namespace) -> tuple[str, list[str]] | None:
     return args.target_prefix, read_lines(args.target_prefix)
 
 
+def constraint_lines(args: argparse.Namespace) -> "Steering | None":
+    """What --constraints and --glossary ask for, or None."""
+    if args.constraints is None and args.glossary is None:
+        return None
+    from jformer.inference.constraints import load_glossary, read_constraints
+
+    return Steering(args.constraints and (args.constraints,
+                                          read_constraints(args.constraints)),
+                    load_glossary(args.glossary) if args.glossary else [])
+
+
+class Steering(NamedTuple):
+    """Lexical constraints of a stream: (--constraints path, its lines) or None, and the
+    glossary's (source, target) entries."""
+
+    lines: tuple[str, list] | None
+    glossary: list
+
+
 def _one_line(text: str) -> str:
     # Byte-fallback pieces can decode to a line break; keep one output line per input line.
     return text.replace("\r", " ").replace("\n", " ")
@@ -83,6 +109,7 @@ def _one_line(text: str) -> str:
 def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwargs: dict,
                       quiet: bool, name: str, n_best: int = 1,
                       prefixes: tuple[str, list[str]] | None = None,
+                      steering: Steering | None = None,
                       alignments: bool = False) -> list[str]:
     """Translates ``chunks`` (lists of lines) in order, writing and flushing each one;
     returns the best translation of every line. ``n_best`` > 1 writes that many
@@ -93,12 +120,15 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
     arrives in chunks. An overlong line's error, or its truncation warning, names
     ``name`` (the input) and the line number. ``prefixes``: (a file's name, its lines),
     the target prefix of each input line (``kwargs`` may hold ``prefix_bias_beta``); it
-    must have exactly one line per input line. ``alignments``: each translation is
-    followed by " ||| " and its word alignment (:mod:`jformer.inference.alignment`)."""
+    must have exactly one line per input line. ``steering``: lexical constraints
+    (:func:`constraint_lines`), a file's line each, and a glossary's. ``alignments``:
+    each translation is followed by " ||| " and its word alignment
+    (:mod:`jformer.inference.alignment`)."""
     from tqdm import tqdm
 
     from jformer.search import row_keys
     from jformer.inference import OverlongError, OverlongWarning
+    from jformer.inference.constraints import ConstraintError, glossary_constraints
     from jformer.inference.prefixes import PrefixTooLong
 
     if n_best > 1:
@@ -113,8 +143,13 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
             chunk_kwargs = dict(kwargs, rng=row_keys(kwargs["rng"], len(chunk),
                                                      first=first_line - 1))
             if prefixes is not None:
-                chunk_kwargs["target_prefix"] = _chunk_prefixes(prefixes, name, first_line,
-                                                                len(chunk))
+                chunk_kwargs["target_prefix"] = _chunk_lines(prefixes, name, first_line,
+                                                             len(chunk), "--target-prefix")
+            if steering is not None:
+                given = steering.lines and _chunk_lines(steering.lines, name, first_line,
+                                                        len(chunk), "--constraints")
+                chunk_kwargs["constraints"] = glossary_constraints(steering.glossary, chunk,
+                                                                   given)
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", OverlongWarning)
@@ -124,6 +159,14 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
             except PrefixTooLong as e:
                 raise ValueError(f"{prefixes[0]} line {first_line + e.index}: the prefix "
                                  f"{e.detail}") from e
+            except ConstraintError as e:
+                if e.index is None:
+                    raise
+                where = steering.lines[0] if steering.lines else name
+                phrase = e.field.split("]", 1)[1]  # "[j]" or ""
+                what = f"phrase {int(phrase[1:-1]) + 1}" if phrase else "the constraints"
+                raise ValueError(f"{where} line {first_line + e.index}: {what} "
+                                 f"{e.problem}") from e
             for w in caught:  # the chunk's positions as the input's line numbers
                 if isinstance(w.message, OverlongWarning):
                     bar.write(f"warning: {name} line {first_line + w.message.index}: "
@@ -144,9 +187,11 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
                 hyps.append(result)
             out.flush()
             bar.update(len(chunk))
-    if prefixes is not None and len(prefixes[1]) != len(hyps):
-        raise ValueError(f"--target-prefix {prefixes[0]} has {len(prefixes[1])} lines but "
-                         f"{name} has {len(hyps)}")
+    for flag, side in (("--target-prefix", prefixes),
+                       ("--constraints", steering and steering.lines)):
+        if side and len(side[1]) != len(hyps):
+            raise ValueError(f"{flag} {side[0]} has {len(side[1])} lines but {name} has "
+                             f"{len(hyps)}")
     return hyps
 
 
@@ -157,11 +202,12 @@ def _links(h) -> str:
     return "" if h.alignment is None else f" ||| {to_moses(h.alignment)}"
 
 
-def _chunk_prefixes(prefixes: tuple[str, list[str]], name: str, first_line: int,
-                    count: int) -> list[str]:
-    path, lines = prefixes
+def _chunk_lines(side: tuple[str, list], name: str, first_line: int, count: int,
+                 flag: str) -> list:
+    """The lines of a per-line side file (``flag`` FILE) for one chunk of the input."""
+    path, lines = side
     if len(lines) < first_line - 1 + count:
-        raise ValueError(f"--target-prefix {path} has {len(lines)} lines but {name} has "
+        raise ValueError(f"{flag} {path} has {len(lines)} lines but {name} has "
                          f"more (line {first_line - 1 + count} at least)")
     return lines[first_line - 1:first_line - 1 + count]
 

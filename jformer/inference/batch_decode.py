@@ -43,6 +43,8 @@ class SearchSpec:
     eos_candidates: str = "all"  # beam: which of the 2W candidates may finish (all | top_w)
     prefix_len: int = 0  # target prefixes: their padded length P (0: none)
     prefix_bias: bool = False  # soft prefixes (prefix_beta), not forced ones
+    constraint_count: int = 0  # lexical constraints (beam): phrases C per row (0: none)
+    constraint_len: int = 0  # and their padded length L
 
 
 def trace_count() -> int:
@@ -126,8 +128,9 @@ DECODE_COMPILER_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
 def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: Array,
                    rng: Array, alpha: jax.typing.ArrayLike = 0.0,
                    temperature: jax.typing.ArrayLike = 1.0, prefix_BP: Array | None = None,
-                   prefix_beta: jax.typing.ArrayLike = 0.0, *, model_cfg: ModelConfig,
-                   ops: Ops, spec: SearchSpec) -> search.DecodeResult:
+                   prefix_beta: jax.typing.ArrayLike = 0.0, constraints_BCL: Array | None = None,
+                   phrase_ends_V: Array | None = None, *, model_cfg: ModelConfig, ops: Ops,
+                   spec: SearchSpec) -> search.DecodeResult:
     """Encode + init cache + search for one batch, as one compiled program.
 
     Args:
@@ -142,6 +145,11 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
       prefix_BP: int32 [batch, spec.prefix_len] target prefixes, -1 past each row's
         (:mod:`jformer.search.prefix`); read only when spec.prefix_len > 0.
       prefix_beta: the soft prefixes' bias in (0, 1), with spec.prefix_bias.
+      constraints_BCL: int32 [batch, spec.constraint_count, spec.constraint_len]
+        lexical constraints, -1 padding (:mod:`jformer.search.constrained`); read only
+        when spec.constraint_count > 0 (beam search).
+      phrase_ends_V: bool [vocab], the tokens that may follow a constraint (a phrase is
+        then a whole word; :func:`search.constrained_beam_search`); None: any.
       model_cfg, ops: the model and the set of pieces it runs with (static).
     Returns:
       DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
@@ -161,10 +169,13 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
         common["constrain"] = search.prefix_constraint(
             prefix_BP, prefix_beta if spec.prefix_bias else None)
     if beam:
-        return search.beam_search(step_fn, state, beam_size=spec.beam_size, alpha=alpha,
-                                  reorder=ops.cache.reorder, n_best=spec.n_best,
-                                  candidates=ops.beam_candidates,
-                                  eos_candidates=spec.eos_candidates, **common)
+        beam_kw = dict(beam_size=spec.beam_size, alpha=alpha, reorder=ops.cache.reorder,
+                       n_best=spec.n_best, candidates=ops.beam_candidates,
+                       eos_candidates=spec.eos_candidates, **common)
+        if spec.constraint_count:
+            return search.constrained_beam_search(step_fn, state, constraints_BCL,
+                                                  phrase_ends=phrase_ends_V, **beam_kw)
+        return search.beam_search(step_fn, state, **beam_kw)
     if spec.method == "sample":
         out = search.sample(step_fn, state, rng, temperature=temperature,
                             top_k=spec.top_k, best_k=ops.top_k, **common)
@@ -187,7 +198,9 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
                           valid_B: Array, rng: Array, alpha: jax.typing.ArrayLike = 0.0,
                           temperature: jax.typing.ArrayLike = 1.0,
                           prefix_BP: Array | None = None,
-                          prefix_beta: jax.typing.ArrayLike = 0.0, *, model_cfg: ModelConfig,
+                          prefix_beta: jax.typing.ArrayLike = 0.0,
+                          constraints_BCL: Array | None = None,
+                          phrase_ends_V: Array | None = None, *, model_cfg: ModelConfig,
                           ops: Ops, spec: SearchSpec,
                           mesh: jax.sharding.Mesh) -> search.DecodeResult:
     """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
@@ -198,8 +211,8 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
     products may differ; each row samples with its own key of ``rng``, so sampling
     gives what one device gives, too). ``num_steps`` is the largest over the devices.
     """
-    def local(p, w, x, v, r, a, t, f, b):
-        out = decode_program(p, w, x, v, r, a, t, f, b, model_cfg=model_cfg, ops=ops,
+    def local(p, w, x, v, r, a, t, f, b, c, e):
+        out = decode_program(p, w, x, v, r, a, t, f, b, c, e, model_cfg=model_cfg, ops=ops,
                              spec=spec)
         return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
 
@@ -207,10 +220,16 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
     keys_B = search.row_keys(rng, inputs_BS.shape[0])
     if prefix_BP is None:
         prefix_BP = jnp.full((inputs_BS.shape[0], spec.prefix_len), -1, jnp.int32)
+    if constraints_BCL is None:
+        constraints_BCL = jnp.full((inputs_BS.shape[0], spec.constraint_count,
+                                    spec.constraint_len), -1, jnp.int32)
+    if phrase_ends_V is None:  # any token may follow a phrase
+        phrase_ends_V = jnp.ones((model_cfg.vocab_size,), bool)
     out = jax.shard_map(local, mesh=mesh,
-                        in_specs=(P(), P(), rows, rows, rows, P(), P(), rows, P()),
+                        in_specs=(P(), P(), rows, rows, rows, P(), P(), rows, P(), rows, P()),
                         out_specs=search.DecodeResult(rows, rows, rows, rows, rows),
                         check_vma=False)(params, prepared, inputs_BS, valid_B, keys_B,
                                          jnp.float32(alpha), jnp.float32(temperature),
-                                         prefix_BP, jnp.float32(prefix_beta))
+                                         prefix_BP, jnp.float32(prefix_beta),
+                                         constraints_BCL, phrase_ends_V)
     return out._replace(num_steps=out.num_steps.max())

@@ -8,6 +8,7 @@ import numpy as np
 
 from jformer.inference import segment
 from jformer.inference.keys import source_keys
+from jformer.inference.results import OverlongError
 from jformer.types import Array
 
 Pieces = tuple[list[np.ndarray | None], segment.Segmentation | None]
@@ -36,3 +37,24 @@ class Sources(NamedTuple):
         data = key_data[np.zeros(rows, np.int32) if fold_first else self.owner[at]]
         return source_keys(data, self.owner[at], self.piece[at], self.split[at],
                            fold_first=fold_first)
+
+
+def split_sentence(tokenizer, text: str, index: int, msg: str, detail: str, max_len: int,
+                   language: str) -> Pieces:
+    """An overlong sentence's pieces (each <= ``max_len`` tokens) and their ids; no
+    sentence splitter for ``language``: :class:`OverlongError` (``msg``, ``detail``:
+    what is wrong with sentence ``index``)."""
+    ids_of: dict[str, np.ndarray] = {}
+
+    def count_tokens(piece: str) -> int:
+        if piece not in ids_of:
+            ids_of[piece] = tokenizer.encode([piece], add_eos=True)[0]
+        return len(ids_of[piece])
+
+    try:
+        seg = segment.split_to_fit(text, count_tokens, max_len, language)
+    except segment.SplitterMissing as e:
+        hint = (f"decode.overlong='split': {e} (or set decode.overlong, jformer "
+                f"translate --overlong, to 'truncate')")
+        raise OverlongError(f"{msg}; {hint}", index, f"{detail}; {hint}") from e
+    return [ids_of[p] if len(ids_of[p]) > 1 else None for p in seg.pieces], seg

@@ -28,13 +28,15 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, prepare)
 from jformer.inference import compile_cache as xla_cache
-from jformer.inference import alignment, forced, memory, prefixes, segment
+from jformer.inference import alignment, forced, memory, prefixes
+from jformer.inference.constraints import (batch_constraints, encode_constraints,
+                                           for_sources, phrase_ends)
 from jformer.inference.buckets import output_len, padded_rows, plan_batches, source_buckets
 from jformer.inference.keys import key_source
 from jformer.inference.precision import for_decoding
 from jformer.inference.restore import check_params, load_workdir
 from jformer.inference.settings import SearchSettings, check_positive_int
-from jformer.inference.sources import Pieces, Sources
+from jformer.inference.sources import Pieces, Sources, split_sentence
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
                                        join_hypotheses)
 from jformer.mesh import make_mesh
@@ -141,7 +143,8 @@ class Translator:
                 if policy == "error":
                     raise OverlongError(msg, i, detail)
                 if policy == "split":
-                    out[i] = self._split(sentences[i], i, msg, detail)
+                    out[i] = split_sentence(self.tokenizer, sentences[i], i, msg, detail,
+                                            self.model_cfg.max_len, self.source_lang)
                     continue
                 warnings.warn(OverlongWarning(f"{msg}; truncated to {limit}", i,
                                               f"{detail}; truncated to {limit}"),
@@ -149,24 +152,6 @@ class Translator:
                 ids = np.append(ids[:limit - 1], np.int32(eos))
             out[i] = ([ids], None)
         return out
-
-    def _split(self, text: str, index: int, msg: str, detail: str) -> Pieces:
-        """An overlong sentence's pieces (each <= model.max_len tokens) and their ids."""
-        ids_of: dict[str, np.ndarray] = {}
-
-        def count_tokens(piece: str) -> int:
-            if piece not in ids_of:
-                ids_of[piece] = self.tokenizer.encode([piece], add_eos=True)[0]
-            return len(ids_of[piece])
-
-        try:
-            seg = segment.split_to_fit(text, count_tokens, self.model_cfg.max_len,
-                                       self.source_lang)
-        except segment.SplitterMissing as e:
-            hint = (f"decode.overlong='split': {e} (or set decode.overlong, jformer "
-                    f"translate --overlong, to 'truncate')")
-            raise OverlongError(f"{msg}; {hint}", index, f"{detail}; {hint}") from e
-        return [ids_of[p] if len(ids_of[p]) > 1 else None for p in seg.pieces], seg
 
     def _rows_that_fit(self, batch_size: int, bucket: int, spec: SearchSpec) -> int:
         """batch_size, or fewer sentences (a multiple of the devices): so that a decode
@@ -195,7 +180,8 @@ class Translator:
                   rng: Array | None = None, batch_size: int | None = None,
                   target_prefix: Sequence[str | None] | None = None,
                   prefix_bias_beta: float | None = None,
-                  return_alignments: bool = False) -> list:
+                  return_alignments: bool = False,
+                  constraints: Sequence[Sequence[str] | None] | None = None) -> list:
         """Translates ``sentences``; results come back in input order.
 
         Args:
@@ -227,12 +213,14 @@ class Translator:
             search towards them (CTranslate2's ``prefix_bias_beta``).
           return_alignments: return :class:`Hypothesis` with ``alignment``, the word
             pairs (source, output) of its cross-attention (:mod:`.alignment`).
+          constraints: per sentence, None or target phrases its translation must contain
+            (beam search only; :mod:`.constraints` says the limits and errors).
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
           (an empty input gives a one-element list).
 
         A sentence over model.max_len tokens, with decode.overlong="split" (the default),
-        is cut into pieces that fit (:func:`segment.split_to_fit`); its pieces are
+        is cut into pieces that fit (:func:`.segment.split_to_fit`); its pieces are
         decoded in the same batches as the other sentences, and its result joins one
         hypothesis per piece with the separators the pieces were cut at:
         :func:`join_hypotheses` (text joined; score the sum of the pieces' scores; ids
@@ -253,14 +241,17 @@ class Translator:
                           f"at {self.model_cfg.max_len} tokens", stacklevel=2)
         beta = prefixes.check_beta(prefix_bias_beta)
         wanted = prefixes.encode_prefixes(self.tokenizer, target_prefix, len(sentences))
+        phrases = encode_constraints(self.tokenizer, constraints, len(sentences),
+                                     settings.method)
         encoded = self._encode(sentences, self.decode_cfg.overlong)
         sources = Sources.of(encoded)
         first = [wanted[o] if j == 0 else None for o, j in zip(sources.owner, sources.piece)]
-        for i, ids in enumerate(sources.ids):  # an empty source with a prefix: decode it
-            if ids is None and first[i] is not None:
+        cons = for_sources(phrases, sources.owner, sources.piece)
+        for i, ids in enumerate(sources.ids):  # empty, with a prefix or constraints: decode
+            if ids is None and (first[i] is not None or cons[i] is not None):
                 sources.ids[i] = np.array([self.model_cfg.eos_id], np.int32)
         hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first,
-                                    first, beta)
+                                    first, beta, cons)
         results = self._results(encoded, hyps, settings.n_best,
                                 return_scores or return_alignments)
         return alignment.attach(self, sentences, results) if return_alignments else results
@@ -301,10 +292,11 @@ class Translator:
     def _decode_sources(self, sources: "Sources", settings: SearchSettings, batch_size: int,
                         key_data: np.ndarray, fold_first: bool,
                         prefix_ids: list[np.ndarray | None],
-                        beta: float | None) -> list[list[Hypothesis]]:
+                        beta: float | None, phrases: list) -> list[list[Hypothesis]]:
         """The hypotheses of every source (an empty one: one empty hypothesis), decoded
         bucket by bucket in batches of at most ``batch_size`` sentences; ``prefix_ids``:
-        each source's target prefix (None: none), forced or, with ``beta``, biased."""
+        each source's target prefix (None: none), forced or, with ``beta``, biased;
+        ``phrases``: its lexical constraints (None: none)."""
         specs = {bucket: settings.spec(self.output_positions(bucket, settings.max_len),
                                        self.chunk_size, self.decode_cfg.eos_candidates)
                  for bucket in self.buckets}
@@ -326,9 +318,12 @@ class Translator:
             prefix_BP = prefixes.batch_prefixes(batch_prefix, rows)
             spec = specs[bucket] if prefix_BP is None else dataclasses.replace(
                 specs[bucket], prefix_len=prefix_BP.shape[1], prefix_bias=beta is not None)
+            cons_BCL, spec = batch_constraints(
+                [phrases[i] for i in idx], sources.owner[idx], rows, spec, settings.beam_size,
+                settings.n_best, self.decode_cfg.eos_candidates)
             decoded = self._decode([sources.ids[i] for i in idx], bucket, rows, spec,
                                    keys, settings.penalty_alpha, settings.temperature,
-                                   settings.n_best, prefix_BP, beta or 0.0)
+                                   settings.n_best, prefix_BP, beta or 0.0, cons_BCL)
             for i, h in zip(idx, decoded):
                 hyps[i] = h
         return hyps
@@ -357,8 +352,8 @@ class Translator:
 
     def _decode(self, rows: list[np.ndarray], bucket: int, batch_size: int, spec: SearchSpec,
                 rng: Array, alpha: float, temperature: float, n_best: int,
-                prefix_BP: np.ndarray | None = None,
-                beta: float = 0.0) -> list[list[Hypothesis]]:
+                prefix_BP: np.ndarray | None = None, beta: float = 0.0,
+                cons_BCL: np.ndarray | None = None) -> list[list[Hypothesis]]:
         """Decodes one batch (rows padded to [batch_size, bucket]); n_best per real row."""
         cfg = self.model_cfg
         inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
@@ -367,7 +362,8 @@ class Translator:
             inputs_BS[r, :len(ids)] = ids
         valid_B = np.arange(batch_size) < len(rows)
         # Traced float32 scalars: another alpha or temperature reuses the compiled search.
-        knobs = (np.float32(alpha), np.float32(temperature), prefix_BP, np.float32(beta))
+        knobs = (np.float32(alpha), np.float32(temperature), prefix_BP, np.float32(beta),
+                 cons_BCL, None if cons_BCL is None else phrase_ends(self.tokenizer))
         if self.mesh is None:
             out = decode_batch(self.params, self.prepared, inputs_BS, valid_B, rng, *knobs,
                                model_cfg=cfg, ops=self.ops, spec=spec)

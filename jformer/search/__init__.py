@@ -5,6 +5,7 @@ state)`` (:mod:`jformer.search.loop`), so it is tested on toy Markov chains.
 """
 from jformer.search.beam import (Candidates, Reorder, beam_init, beam_result, beam_search,
                                  beam_step, gather_rows, top_extensions)
+from jformer.search.constrained import constrained_beam_search
 from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_knob,
                                  chunked_decode_loop, host_length_penalty, length_penalty)
 from jformer.search.prefix import Constraint, prefix_constraint
@@ -16,6 +17,7 @@ __all__ = ["Candidates", "Constraint", "DecodeResult", "Reorder", "StepFn", "arg
            "beam_init", "beam_result", "beam_search", "beam_step", "greedy_chooser",
            "sample_chooser", "token_init", "token_result", "token_step",
            "call_step_fn", "check_knob",
-           "chunked_decode_loop", "gather_rows", "greedy_search", "host_length_penalty",
+           "chunked_decode_loop", "constrained_beam_search", "gather_rows", "greedy_search",
+           "host_length_penalty",
            "length_penalty", "prefix_constraint", "row_keys",
            "sample", "top_extensions", "typed_keys"]

@@ -107,10 +107,23 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     alive_BWT = jnp.take_along_axis(c.alive_BWT, parent_BW[:, :, None], axis=1)
     alive_BWT = lax.dynamic_update_slice(alive_BWT, token_BW[:, :, None], (0, 0, step))
 
-    # Finished: merge the old W with the EOS candidates (length step + 1, EOS counted).
+    fin_BWT, fin_score_BW = merge_finished(c, finish_BC, cand_logp_BC, parent_BC, step,
+                                           alpha=alpha, eos_id=eos_id, pad_id=pad_id)
+
+    state = reorder(new_state, parent_BW)  # the state follows the alive beams
+    return advance(c, state, token_BW, alive_BWT, alive_logp_BW, fin_BWT, fin_score_BW,
+                   max_len=max_len, alpha=alpha, n_best=n_best)
+
+
+def merge_finished(c: _BeamCarry, finish_BC: jax.Array, cand_logp_BC: jax.Array,
+                   parent_BC: jax.Array, step: jax.Array, *, alpha: jax.typing.ArrayLike,
+                   eos_id: int, pad_id: int) -> tuple[jax.Array, jax.Array]:
+    """The W best of the old finished set and the candidates flagged ``finish_BC``
+    (EOS extensions of their parents, length step + 1, EOS counted): (tokens, scores)."""
+    w = c.fin_score_BW.shape[1]
     new_score_BC = jnp.where(finish_BC, cand_logp_BC / length_penalty(step + 1, alpha),
                              -jnp.inf)
-    # [B, W] ++ [B, 2W] -> [B, 3W] -> best W
+    # [B, W] ++ [B, C] -> [B, W + C] -> best W
     fin_score_BW, pick_BW = lax.top_k(
         jnp.concatenate([c.fin_score_BW, new_score_BC], axis=1), w)
     is_new_BW = (pick_BW >= w) & (fin_score_BW > -jnp.inf)
@@ -121,9 +134,17 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     fin_BWT = jnp.take_along_axis(pool_BCT, source_BW[:, :, None], axis=1)
     # Position `step` is pad_id in both sources (finished: after EOS; alive: unwritten).
     eos_col_BW1 = jnp.where(is_new_BW, eos_id, pad_id)[:, :, None].astype(jnp.int32)
-    fin_BWT = lax.dynamic_update_slice(fin_BWT, eos_col_BW1, (0, 0, step))
+    return lax.dynamic_update_slice(fin_BWT, eos_col_BW1, (0, 0, step)), fin_score_BW
 
-    state = reorder(new_state, parent_BW)  # the state follows the alive beams
+
+def advance(c: _BeamCarry, state: PyTree, token_BW: jax.Array, alive_BWT: jax.Array,
+            alive_logp_BW: jax.Array, fin_BWT: jax.Array, fin_score_BW: jax.Array, *,
+            max_len: int, alpha: jax.typing.ArrayLike, n_best: int,
+            sorted_alive: bool = True) -> _BeamCarry:
+    """The next carry: done rows keep their values; a row is done once its n_best-th
+    finished hypothesis beats anything an alive one can still reach (``sorted_alive``:
+    the alive log-probs are sorted best first, so the best is the first)."""
+    batch = c.prev_BW.shape[0]
 
     def keep(old: jax.Array, new: jax.Array) -> jax.Array:
         done = c.done_B.reshape((batch,) + (1,) * (old.ndim - 1))
@@ -133,8 +154,8 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
                      keep(c.alive_logp_BW, alive_logp_BW), keep(c.fin_BWT, fin_BWT),
                      keep(c.fin_score_BW, fin_score_BW), c.done_B,
                      c.steps_B + (~c.done_B).astype(jnp.int32))
-    best_alive_bound_B = out.alive_logp_BW[:, 0] / length_penalty(max_len, alpha)
-    # Done once the n_best-th finished hypothesis beats anything an alive one can reach.
+    best_alive_B = out.alive_logp_BW[:, 0] if sorted_alive else out.alive_logp_BW.max(1)
+    best_alive_bound_B = best_alive_B / length_penalty(max_len, alpha)
     return out._replace(done_B=c.done_B | (out.fin_score_BW[:, n_best - 1]
                                            > best_alive_bound_B))
 
@@ -210,18 +231,10 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       finished before the row stopped; at max_len EOS is forced, so a finished
       hypothesis of length max_len may have been cut there), num_steps.
     """
-    chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
-                                   chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
-                                   eos_id=eos_id, pad_id=pad_id)
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be an int >= 1; got {beam_size!r}")
-    check_knob(alpha, "alpha", strict=False)
-    if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}]; "
-                         f"got {n_best!r}")
-    if eos_candidates not in EOS_CANDIDATES:
-        raise ValueError(f"eos_candidates must be one of {EOS_CANDIDATES}; "
-                         f"got {eos_candidates!r}")
+    chunk_size = check_beam_args(state, batch_size=batch_size, beam_size=beam_size,
+                                 max_len=max_len, alpha=alpha, bos_id=bos_id, eos_id=eos_id,
+                                 pad_id=pad_id, chunk_size=chunk_size, min_len=min_len,
+                                 n_best=n_best, eos_candidates=eos_candidates)
     init = beam_init(state, batch_size=batch_size, beam_size=beam_size, max_len=max_len,
                      bos_id=bos_id, pad_id=pad_id, tile=reorder is None)
 
@@ -234,6 +247,25 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
                                          max_len=max_len, chunk_size=chunk_size)
     return beam_result(out, num_steps, alpha=alpha, eos_id=eos_id, pad_id=pad_id)
+
+
+def check_beam_args(state: PyTree, *, batch_size: int, beam_size: int, max_len: int,
+                    alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int, pad_id: int,
+                    chunk_size: int, min_len: int, n_best: int, eos_candidates: str) -> int:
+    """Validates :func:`beam_search`'s arguments; returns the effective chunk size."""
+    chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
+                                   chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
+                                   eos_id=eos_id, pad_id=pad_id)
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1; got {beam_size!r}")
+    check_knob(alpha, "alpha", strict=False)
+    if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}]; "
+                         f"got {n_best!r}")
+    if eos_candidates not in EOS_CANDIDATES:
+        raise ValueError(f"eos_candidates must be one of {EOS_CANDIDATES}; "
+                         f"got {eos_candidates!r}")
+    return chunk_size
 
 
 # ------------------------------------------------------------ one step at a time

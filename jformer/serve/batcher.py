@@ -73,12 +73,14 @@ class PendingRequest:
       seed, positions: sampling only: sentence j samples with
         ``fold_in(key(seed), positions[j])``.
       prefixes: per sentence, its target prefix (None: none), or None for none at all.
+      constraints: per sentence, its lexical constraints (None: none), or None.
     """
 
     def __init__(self, sentences: list[str], lengths: list[int], buckets: list[int],
                  settings: SearchSettings, loop: asyncio.AbstractEventLoop, *,
                  seed: int | None = None, positions: list[int] | None = None,
                  prefixes: list[str | None] | None = None,
+                 constraints: list[list[str] | None] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         if not len(sentences) == len(lengths) == len(buckets):
             raise ValueError("sentences, lengths and buckets must have one entry each")
@@ -89,6 +91,7 @@ class PendingRequest:
         self.settings = settings
         self.seed, self.positions = seed, positions
         self.prefixes = prefixes
+        self.constraints = constraints
         self.future: asyncio.Future = loop.create_future()
         self.enqueued = clock()
         self.closed = False  # answered, failed or abandoned: queued sentences are dropped
@@ -336,9 +339,11 @@ class Batcher:
             rng = jax.random.wrap_key_data(
                 np.stack([u.job.key_data(u.index) for u in padded]))
         prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in padded]
+        phrases = [u.job.constraints and u.job.constraints[u.index] for u in padded]
         hyps = self.translator.translate(
             [u.job.sentences[u.index] for u in padded], return_scores=True,
             batch_size=self.max_batch, rng=rng,
-            target_prefix=prefixes if any(prefixes) else None, **settings.translate_kwargs())
+            target_prefix=prefixes if any(prefixes) else None,
+            constraints=phrases if any(phrases) else None, **settings.translate_kwargs())
         hyps = [h if isinstance(h, list) else [h] for h in hyps[:len(units)]]
         return hyps, self._clock() - start, start

@@ -49,6 +49,10 @@ class TranslateRequest(_Strict):
         "target_prefix, by this weight in (0, 1), instead of forcing it")
     alignments: bool = Field(False, description="return each hypothesis with its word "
                              "alignment, from cross-attention (implies scores)")
+    constraints: list[str] | list[list[str] | None] | None = Field(
+        None, description="per text (a list of strings when q is one): target phrases its "
+                          "translation must contain (method beam; a text of one line; at "
+                          "most 8 phrases of 16 tokens each)")
 
 
 class ScoreRequest(_Strict):

@@ -17,6 +17,7 @@ from jformer.inference import Translator
 from jformer.serve import translation
 from jformer.serve.api_keys import ApiKeys
 from jformer.serve.batcher import Batcher, PendingRequest, QueueFull, Stopped
+from jformer.serve.constraints import line_constraints
 from jformer.serve.errors import ApiError
 from jformer.serve.languages import LanguagePair
 from jformer.serve.limits import ServeLimits
@@ -158,10 +159,11 @@ async def translate(state: ServerState, translator: Translator, req: TranslateRe
     results: list = []
     if plan.sentences:
         prefixes = translation.line_prefixes(req, plan, translator, settings)
+        phrases = line_constraints(req, plan, translator, settings)
         job = PendingRequest(plan.sentences, plan.lengths, plan.buckets, settings,
                              asyncio.get_running_loop(), seed=seed,
                              positions=plan.positions if seed is not None else None,
-                             prefixes=prefixes)
+                             prefixes=prefixes, constraints=phrases)
         results = await run_job(state, job, arrived)
         if req.alignments:  # forced decoding of the outputs, between batches
             from jformer.inference.alignment import attach
