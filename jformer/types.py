@@ -15,6 +15,8 @@ strings reuse the same letters:
     X  a decode buffer's positions (max_len, cache slots)
     G  rows per source (N = B*G: beams or samples reading one memory)
     P  masked positions predicted per sequence (encoder pretraining's MLM)
+    R  relative offsets, 2k + 1 (a relative position table's rows)
+    E  extra candidates per hypothesis (constrained beam search)
 
 A lowercase suffix is a part of the upper-case one: ``x_cD`` is a chunk of c rows of
 ``x_ND``. A name without a suffix is a scalar, or says its shape in its docstring.

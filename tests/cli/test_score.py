@@ -5,6 +5,10 @@ import json
 import numpy as np
 import pytest
 
+# The option's wiring through the CLI or the server; the option itself is tested in the
+# default run (tests/inference, tests/search). Slow: CI's second run.
+pytestmark = pytest.mark.slow
+
 from jformer.inference.translator import Translator
 from tests.cli.test_cli import PAIRS, run_cli
 from tests.inference.test_translator import tiny_workdir

@@ -2,6 +2,10 @@
 translation and word alignment Translator.translate(return_alignments=True) gives."""
 import pytest
 
+# The option's wiring through the CLI or the server; the option itself is tested in the
+# default run (tests/inference, tests/search). Slow: CI's second run.
+pytestmark = pytest.mark.slow
+
 from jformer.data.alignments import to_moses
 from jformer.inference.translator import Translator
 from tests.cli.test_cli import run_cli

@@ -4,6 +4,10 @@ glossary entries its source contains, as Translator.translate gives them; bad fi
 one error line naming the file and line."""
 import pytest
 
+# The option's wiring through the CLI or the server; the option itself is tested in the
+# default run (tests/inference, tests/search). Slow: CI's second run.
+pytestmark = pytest.mark.slow
+
 from jformer.inference.translator import Translator
 from tests.cli.test_cli import run_cli
 from tests.inference.test_translator import SHORT, tiny_workdir

@@ -3,6 +3,10 @@ begins with its prefix line, as Translator.translate gives it; a prefix file of 
 length, or a prefix with no room left, is one error line naming the file and line."""
 import pytest
 
+# The option's wiring through the CLI or the server; the option itself is tested in the
+# default run (tests/inference, tests/search). Slow: CI's second run.
+pytestmark = pytest.mark.slow
+
 from jformer.inference.translator import Translator
 from tests.cli.test_cli import run_cli
 from tests.inference.test_translator import SHORT, tiny_workdir

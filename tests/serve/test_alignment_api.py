@@ -3,6 +3,10 @@ Translator.translate(return_alignments=True) gives (a text's lines counted on), 
 bad value is a 422 naming the field, after which the server still answers."""
 import pytest
 
+# The option's wiring through the CLI or the server; the option itself is tested in the
+# default run (tests/inference, tests/search). Slow: CI's second run.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("httpx", reason="the TestClient needs httpx (test extra)")
 

@@ -16,6 +16,10 @@ import urllib.request
 
 import pytest
 
+# The option's wiring through the CLI or the server; the option itself is tested in the
+# default run (tests/inference, tests/search). Slow: CI's second run.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("uvicorn", reason="needs the serve extra: pip install -e '.[serve]'")
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="test extra")
 deep_translator = pytest.importorskip("deep_translator", reason="test extra")

@@ -3,6 +3,10 @@ Translator.translate's with the same prefixes (a text's goes to its first line),
 bad values are 422s naming the field, after which the server still answers."""
 import pytest
 
+# The option's wiring through the CLI or the server; the option itself is tested in the
+# default run (tests/inference, tests/search). Slow: CI's second run.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("httpx", reason="the TestClient needs httpx (test extra)")
 

@@ -2,6 +2,10 @@
 field, and the server answers after them."""
 import pytest
 
+# The option's wiring through the CLI or the server; the option itself is tested in the
+# default run (tests/inference, tests/search). Slow: CI's second run.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("httpx", reason="the TestClient needs httpx (test extra)")
 
