@@ -68,8 +68,8 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--beams", default="1,4")
     p.add_argument("--repeats", type=int, default=5, help="timed calls (median)")
     p.add_argument("--chunk-size", type=int, default=8)
-    p.add_argument("--kernels", default="auto", choices=("auto", "plain", "cpu"),
-                   help="model.kernels of the decoded model")
+    p.add_argument("--ops", default="auto", choices=("auto", "plain", "cpu"),
+                   help="model.ops of the decoded model")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="compute dtype (the references are float32)")
     p.add_argument("--devices", type=int, default=1,
@@ -279,11 +279,11 @@ def main(args: argparse.Namespace) -> None:
         jax.config.update("jax_num_cpu_devices", args.devices)
     configs = ["small"] if args.quick else args.configs.split(",")
     for name in CONFIGS:  # every measurement below builds its model from these
-        CONFIGS[name] = dataclasses.replace(CONFIGS[name], kernels=args.kernels)
+        CONFIGS[name] = dataclasses.replace(CONFIGS[name], ops=args.ops)
     repeats = 3 if args.quick else args.repeats
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs; "
           f"{args.dtype}, random params, source length {SRC_LEN}, {GEN_LEN} generated tokens "
-          f"per sentence, median of {repeats} calls, model.kernels {args.kernels}, "
+          f"per sentence, median of {repeats} calls, model.ops {args.ops}, "
           f"rows kernel {args.rows_kernel}")
     rows, ratio_rows = [], []
     for name in configs:

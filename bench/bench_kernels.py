@@ -3,14 +3,14 @@
     python bench/bench_kernels.py [--dtype float32|bfloat16] [--repeats 30]
 
 Each row times one jitted function twice, with the kernel and with the plain form that
-``model.kernels="plain"`` runs, at the shapes of a small-config train step (64 sentences
+``model.ops="plain"`` runs, at the shapes of a small-config train step (64 sentences
 x 32 tokens, d_model 256, d_ff 1024, vocabulary 8,192) or a small-config decode step
 (32 sentences, beam 4). Training rows time the value and the gradient (what the train
 step runs); decode rows time the forward op. Before timing, each pair is checked to
 compute the same values (dropout: the same kept fraction, its masks come from another
 random stream by design; the tests in tests/kernels check each properly). It prints the
 median milliseconds of each and the plain/kernel ratio. Whole-model figures with the
-switch on and off: `bench_train.py --kernels plain,cpu` and `bench_decode.py --kernels`.
+switch on and off: `bench_train.py --ops plain,cpu` and `bench_decode.py --ops`.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ batch of 64 rows (``--batch``) x 32 source x 32 target tokens: random ids from a
 full length (no padding), as the peer scripts in ../shared/bench do. Each (config, dtype)
 runs in its own subprocess so its peak RSS (``ru_maxrss``) belongs to that measurement
 alone. Step time is the median of the timed steps after warm-up; the first (compiling)
-step is reported separately. The dtypes (and ``--kernels`` sets) of one config are
+step is reported separately. The dtypes (and ``--ops`` sets) of one config are
 interleaved: their processes live side by side and run one step each in turn (the
 others wait, idle), so a bf16 / f32 ratio compares the same minutes of the machine,
 whose speed drifts by 10-30% over an hour; ``--sequential`` measures them one after the
@@ -90,8 +90,8 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--base-steps", type=int, default=10, help="timed steps for base, big")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps incl. the compile")
     p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--kernels", default="auto",
-                   help="comma list of model.kernels settings: auto, plain, cpu")
+    p.add_argument("--ops", default="auto",
+                   help="comma list of model.ops settings: auto, plain, cpu")
     p.add_argument("--max-wait", type=float, default=60.0,
                    help="seconds one measurement may wait for a quiet machine (0: no gate)")
     p.add_argument("--malloc", default="hugepages", choices=sorted(MALLOC_ENV),
@@ -212,7 +212,7 @@ def _batches(vocab_size: int, batch: int, count: int = 4) -> list[dict]:
             for _ in range(count)]
 
 
-def _build(config: str, dtype: str, dropout: float, kernels: str = "auto",
+def _build(config: str, dtype: str, dropout: float, ops: str = "auto",
            batch: int = BATCH):
     """The compiled one-device train step, its state and 4 device batches."""
     import jax
@@ -224,7 +224,7 @@ def _build(config: str, dtype: str, dropout: float, kernels: str = "auto",
     from jformer.train.step import create_train_state, make_train_step
 
     cfg = ModelConfig(**CONFIGS[config], dropout_rate=dropout, max_len=64, dtype=dtype,
-                      kernels=kernels)
+                      ops=ops)
     tcfg = TrainConfig(label_smoothing=0.1, compute_dtype=dtype)
     model = transformer(cfg)
     tx, schedule = make_optimizer(tcfg, cfg.d_model)
@@ -237,13 +237,13 @@ def _build(config: str, dtype: str, dropout: float, kernels: str = "auto",
 
 
 def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
-             max_wait_s: float, kernels: str = "auto", batch: int = BATCH,
+             max_wait_s: float, ops: str = "auto", batch: int = BATCH,
              turns: Turns | None = None) -> dict:
-    """One (config, dtype, kernels) row; run in its own process (with ``turns``: one step
+    """One (config, dtype, ops) row; run in its own process (with ``turns``: one step
     per turn, interleaved with the config's other workers)."""
     import jax
-    from jformer.config import resolve_kernels
-    cfg, dp, step, state, batches = _build(config, dtype, dropout, kernels, batch)
+    from jformer.config import resolve_ops
+    cfg, dp, step, state, batches = _build(config, dtype, dropout, ops, batch)
     params = sum(x.size for x in jax.tree.leaves(state.params))
     gate = QuietGate(max_wait_s)
     times, faults, first_s, i = [], [], None, 0
@@ -267,8 +267,8 @@ def _measure(config: str, dtype: str, steps: int, warmup: int, dropout: float,
     loss = dp.get_metrics(metrics)
     if loss["nonfinite"]:
         raise RuntimeError(f"{config}/{dtype}: non-finite loss {loss}")
-    return {"config": config, "dtype": dtype, "kernels": kernels, "batch": batch,
-            "kernels_resolved": resolve_kernels(cfg.kernels), "params": params,
+    return {"config": config, "dtype": dtype, "ops": ops, "batch": batch,
+            "ops_resolved": resolve_ops(cfg.ops), "params": params,
             "first_step_s": first_s,
             "step_s": statistics.median(times), "steps": steps, "spread": (min(times), max(times)),
             "dropped": gate.dropped, "contended_kept": gate.contended_kept,
@@ -347,15 +347,15 @@ def _worker_main(args: argparse.Namespace) -> None:
     if args.worker == "probe":
         print(json.dumps(_probe()))
         return
-    config, dtype, kernels = args.worker.split(":")
+    config, dtype, ops = args.worker.split(":")
     steps = args.steps if config == "small" else args.base_steps
     print(json.dumps(_measure(config, dtype, steps, max(args.warmup, 1), args.dropout,
-                              args.max_wait, kernels, args.batch,
+                              args.max_wait, ops, args.batch,
                               Turns() if args.turns else None)), flush=True)
 
 
 def _table(rows: list[dict], probe: dict | None) -> str:
-    lines = ["| config | dtype | kernels | params | step s (median) | min-max s | tgt tok/s | "
+    lines = ["| config | dtype | ops | params | step s (median) | min-max s | tgt tok/s | "
              "first step s | steps (dropped) | peak RSS MiB | GFLOP/step | GFLOP/s "
              "| MFU (probe) |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -363,7 +363,7 @@ def _table(rows: list[dict], probe: dict | None) -> str:
         rate = r["flops"] / r["step_s"] / 1e9
         mfu = f"{rate / probe[r['dtype']]:.0%}" if probe else "-"
         lines.append(
-            f"| {r['config']} | {r['dtype']} | {r['kernels']} ({r['kernels_resolved']}) | "
+            f"| {r['config']} | {r['dtype']} | {r['ops']} ({r['ops_resolved']}) | "
             f"{r['params'] / 1e6:.2f}M | {r['step_s']:.3f} | "
             f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f} | {r['tgt_tokens_per_s']:,.0f} | "
             f"{r['first_step_s']:.1f} | {_steps_cell(r)} | {r['peak_rss_mib']:,.0f} | "
@@ -372,14 +372,14 @@ def _table(rows: list[dict], probe: dict | None) -> str:
 
 
 def _dtype_ratios(rows: list[dict]) -> list[str]:
-    """"bfloat16 / float32" step-time ratios of the same config and kernels, one line each."""
-    steps = {(r["config"], r["kernels"], r["dtype"]): r for r in rows}
+    """"bfloat16 / float32" step-time ratios of the same config and ops, one line each."""
+    steps = {(r["config"], r["ops"], r["dtype"]): r for r in rows}
     lines = []
-    for (config, kernels, dtype), r in steps.items():
-        f32 = steps.get((config, kernels, "float32"))
+    for (config, ops, dtype), r in steps.items():
+        f32 = steps.get((config, ops, "float32"))
         if dtype == "bfloat16" and f32:
             how = "interleaved step by step" if r.get("interleaved") else "one after the other"
-            lines.append(f"{config} {kernels}: bfloat16 / float32 tokens/s = "
+            lines.append(f"{config} {ops}: bfloat16 / float32 tokens/s = "
                          f"{f32['step_s'] / r['step_s']:.2f}x ({how})")
     return lines
 
@@ -406,17 +406,17 @@ def main(argv=None) -> None:
     for d in dtypes:
         if d not in DTYPES:
             raise ValueError(f"--dtypes must name {list(DTYPES)}; got {d!r}")
-    kernel_sets = [k for k in args.kernels.split(",") if k]
-    for k in kernel_sets:
+    op_sets = [k for k in args.ops.split(",") if k]
+    for k in op_sets:
         if k not in ("auto", "plain", "cpu"):
-            raise ValueError(f"--kernels must name auto, plain or cpu; got {k!r}")
+            raise ValueError(f"--ops must name auto, plain or cpu; got {k!r}")
     probe = _run_worker("probe", args) if args.probe else None
     if probe:
         print(f"matmul probe {'x'.join(map(str, PROBE_SHAPE))} (best of 30): "
               + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in probe.items()), flush=True)
     rows = []
     for c in configs:
-        specs = [f"{c}:{d}:{k}" for d, k in itertools.product(dtypes, kernel_sets)]
+        specs = [f"{c}:{d}:{k}" for d, k in itertools.product(dtypes, op_sets)]
         interleaved = len(specs) > 1 and not args.sequential
         if interleaved:
             measured = _run_interleaved(specs, args)
@@ -425,7 +425,7 @@ def main(argv=None) -> None:
         for r in measured:
             r["tgt_tokens_per_s"] = args.batch * TGT_LEN / r["step_s"]
             r["interleaved"] = interleaved
-            print(f"  {c} {r['dtype']} {r['kernels']}: {r['step_s']:.3f} s/step, "
+            print(f"  {c} {r['dtype']} {r['ops']}: {r['step_s']:.3f} s/step, "
                   f"{r['tgt_tokens_per_s']:,.0f} tok/s, "
                   f"{r['page_faults_per_step']:,.0f} page faults/step", flush=True)
         rows += measured

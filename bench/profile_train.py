@@ -1,7 +1,7 @@
 """Where a train step's time goes: XLA:CPU's own per-op times, products by operand dtype.
 
     python bench/profile_train.py [--config small] [--dtype bfloat16] [--batch 64]
-        [--kernels auto] [--steps 5] [--top 15]
+        [--ops auto] [--steps 5] [--top 15]
 
 Builds bench_train.py's one-device train step (random batches of 64 x 32 x 32 tokens,
 dropout 0.1, label smoothing 0.1, Adam), times ``--steps`` steps untraced (median),
@@ -64,7 +64,7 @@ def _print(summary: dict, looped: dict, step_s: float, args: argparse.Namespace,
     mm_us = sum(v[0] for v in mm.values())
     total_us = mm_us + sum(v[0] for v in other.values()) + summary["call"]
     print(f"\n{args.config}, batch {args.batch} x {SRC_LEN} x {TGT_LEN}, {args.dtype}, "
-          f"kernels {args.kernels}: untraced {step_s * 1e3:.1f} ms per step "
+          f"ops {args.ops}: untraced {step_s * 1e3:.1f} ms per step "
           f"({args.batch * TGT_LEN / step_s:,.0f} target tokens/s, "
           f"{flops / step_s / 1e9:.0f} GFLOP/s of model FLOPs)")
     print(f"traced: {total_us / 1e3:.1f} ms per step, {sum(v[1] for v in mm.values())} "
@@ -97,13 +97,13 @@ def main(argv=None) -> None:
     p.add_argument("--config", default="small", choices=sorted(CONFIGS))
     p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--kernels", default="auto", choices=("auto", "plain", "cpu"))
+    p.add_argument("--ops", default="auto", choices=("auto", "plain", "cpu"))
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--top", type=int, default=15, help="product shapes and op kinds listed")
     args = p.parse_args(argv)
     cfg, _, step, state, batches = _build(args.config, args.dtype, args.dropout,
-                                          args.kernels, args.batch)
+                                          args.ops, args.batch)
     compiled = step.lower(state, batches[0]).compile()
     holder = {"state": state, "i": 0}
 

@@ -95,7 +95,7 @@ def get_config() -> ml_collections.ConfigDict:
     tr.adam_b2 = 0.999
     tr.adam_eps = 1e-6
     tr.weight_decay = 0.01
-    tr.weight_decay_mask = "kernels"  # no decay of biases and LayerNorms
+    tr.weight_decay_mask = "matrices"  # no decay of biases and LayerNorms
     tr.grad_clip_norm = 1.0
     tr.label_smoothing = 0.0  # unused by the encoder tasks
     tr.log_every = 100

@@ -1,6 +1,6 @@
 """The accelerator path, guarded without an accelerator: the train step, the eval step and
 greedy and beam translation, lowered with ``jax.export`` for CUDA and TPU under
-model.kernels="auto", take no prepared CPU value and hold no CPU kernel (every one names its ops
+model.ops="auto", take no prepared CPU value and hold no CPU kernel (every one names its ops
 ``cpu_kernel.<name>``, jformer/kernels/scope.py), no CPU-only custom call and no
 optimisation barrier (it would force copies XLA would not make on those chips)."""
 import re
@@ -23,7 +23,7 @@ from jformer.train.step import create_train_state, make_eval_step, make_train_st
 
 CFG = ModelConfig(vocab_size=64, d_model=32, num_heads=4, num_encoder_layers=2,
                   num_decoder_layers=2, d_ff=64, max_len=32, dropout_rate=0.1,
-                  attention_dropout_rate=0.1, kernels="auto")
+                  attention_dropout_rate=0.1, ops="auto")
 # Custom calls that XLA lowers on every platform (sharding annotations of shard_map).
 PORTABLE_CUSTOM_CALLS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"}
 

@@ -4,7 +4,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from configs import base, big, demo, multi30k, small
+from configs import base, bert_base, big, demo, multi30k, small
 from jformer.config import (ConfigError, ModelConfig, TrainConfig, check_training_config,
                             from_config_dict)
 
@@ -67,6 +67,24 @@ def test_relative_positions_and_windows_from_the_command_line_and_old_config_fil
     del raw["model"]["relative_clip"], raw["model"]["attention_window"]
     path.write_text(json.dumps(raw))
     assert files.load_config(tmp_path) == cfg
+
+
+def test_config_files_written_before_the_ops_rename_load_as_todays():
+    """A config.json naming the ops switch ``model.kernels`` and the BERT decay mask
+    ``"kernels"`` (their names until 2026-11-27) loads as ``model.ops`` and ``"matrices"``;
+    the old and the new name of one field together are an error naming both."""
+    c = bert_base.get_config().to_dict()
+    c["model"]["ops"] = "plain"
+    new = from_config_dict(c)
+    assert (new.model.ops, new.train.weight_decay_mask) == ("plain", "matrices")
+    c["model"]["kernels"] = c["model"].pop("ops")
+    c["train"]["weight_decay_mask"] = "kernels"
+    assert from_config_dict(c) == new
+    c["model"]["ops"] = "cpu"
+    with pytest.raises(ConfigError, match=r"model\.kernels and model\.ops are one field"):
+        from_config_dict(c)
+    with pytest.raises(ValueError, match="model.ops"):
+        ModelConfig(ops="kernels")
 
 
 def test_unknown_field_names_the_field():

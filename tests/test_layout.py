@@ -27,7 +27,7 @@ STAGES: dict[str, int] = {
     # the plain forms: the paper's model, searches over a step function, text to batches
     "jformer.model": 1, "jformer.search": 1, "jformer.data": 1,
     # XLA:CPU speed-ups, each equal to the plain form it replaces (so it may read it),
-    # and the one module that resolves model.kernels into a set of either
+    # and the one module that resolves model.ops into a set of either
     "jformer.kernels": 2, "jformer.ops": 2,
     "jformer.inference": 3,
     "jformer.train": 4,  # its validation BLEU uses the Translator

@@ -23,15 +23,15 @@ def expected():
         return json.load(f)
 
 
-def translator(kernels: str) -> Translator:
+def translator(ops: str) -> Translator:
     tr = Translator.from_checkpoint(FIXTURE)
-    return Translator(dataclasses.replace(tr.model_cfg, kernels=kernels), tr.params,
+    return Translator(dataclasses.replace(tr.model_cfg, ops=ops), tr.params,
                       tr.tokenizer, tr.decode_cfg)
 
 
-@pytest.mark.parametrize("kernels", ["cpu", "plain"])
-def test_old_workdir_translates_to_the_same_output(expected, kernels):
-    tr = translator(kernels)
+@pytest.mark.parametrize("ops", ["cpu", "plain"])
+def test_old_workdir_translates_to_the_same_output(expected, ops):
+    tr = translator(ops)
     for method, beam in (("greedy", 1), ("beam", 4)):
         hyps = tr.translate(expected["sources"], beam_size=beam, return_scores=True)
         assert [h.text for h in hyps] == [e["text"] for e in expected[method]]
@@ -40,9 +40,9 @@ def test_old_workdir_translates_to_the_same_output(expected, kernels):
                                    [e["score"] for e in expected[method]], rtol=1e-5)
 
 
-@pytest.mark.parametrize("kernels", ["cpu", "plain"])
-def test_old_workdir_gives_the_same_logits(expected, kernels):
-    tr = translator(kernels)
+@pytest.mark.parametrize("ops", ["cpu", "plain"])
+def test_old_workdir_gives_the_same_logits(expected, ops):
+    tr = translator(ops)
     logits = Transformer(tr.model_cfg, tr.ops).apply(
         {"params": tr.params}, np.asarray(expected["logits_inputs"], np.int32),
         np.asarray(expected["logits_targets"], np.int32))
@@ -59,7 +59,7 @@ def test_old_workdir_resumes_training(tmp_path):
     workdir = tmp_path / "w"
     shutil.copytree(FIXTURE, workdir)
     saved = files.load_config(workdir)
-    assert saved.model.kernels == "auto"  # config.json predates the field: the default
+    assert saved.model.ops == "auto"  # config.json predates the field: the default
     cfg = tiny_config(num_steps=410, checkpoint_every=200, keep_checkpoints=2,
                       warmup_steps=100, learning_rate_scale=1.0, async_checkpoints=False)
     job, state = train.train(cfg, str(workdir))

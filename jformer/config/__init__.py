@@ -17,8 +17,8 @@ from jformer.config.data import VOCAB_MODEL_TYPES, VOCABS, DataConfig
 from jformer.config.decode import (DECODE_DTYPES, EOS_CANDIDATES, OVERLONG_POLICIES,
                                    DecodeConfig)
 from jformer.config.fields import JAX_SEED_LIMIT, ConfigError
-from jformer.config.model import (ACTIVATIONS, DECODER_STARTS, DTYPES, KERNELS, NORM_KINDS,
-                                  POSITIONAL_KINDS, ModelConfig, resolve_kernels)
+from jformer.config.model import (ACTIVATIONS, DECODER_STARTS, DTYPES, OPS_CHOICES, NORM_KINDS,
+                                  POSITIONAL_KINDS, ModelConfig, resolve_ops)
 from jformer.config.root import Config, check_training_config, from_config_dict, to_dict
 from jformer.config.tasks import (TASK_KINDS, BertConfig, FinetuneConfig, PretrainConfig,
                                   TaskConfig)
@@ -30,9 +30,9 @@ __all__ = [
     "ACTIVATIONS", "AUTO_COORDINATOR", "BertConfig", "Config", "ConfigError",
     "DECODER_STARTS", "DECODE_DTYPES", "DTYPES", "DataConfig", "DecodeConfig",
     "EOS_CANDIDATES", "FinetuneConfig", "JAX_SEED_LIMIT",
-    "KERNELS", "ModelConfig", "NORM_KINDS", "OVERLONG_POLICIES", "POSITIONAL_KINDS",
+    "OPS_CHOICES", "ModelConfig", "NORM_KINDS", "OVERLONG_POLICIES", "POSITIONAL_KINDS",
     "PretrainConfig", "SCHEDULES", "SELECTION_METRICS", "TASK_KINDS", "TaskConfig",
     "TrainConfig", "VOCABS", "VOCAB_MODEL_TYPES",
     "check_coordinator", "check_training_config", "from_config_dict", "parse_bytes",
-    "resolve_kernels", "to_dict",
+    "resolve_ops", "to_dict",
 ]

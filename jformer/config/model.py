@@ -1,4 +1,4 @@
-"""The encoder-decoder Transformer's hyperparameters (paper, Table 3) and the kernel switch."""
+"""The encoder-decoder Transformer's hyperparameters (paper, Table 3) and the ops switch."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,14 +11,14 @@ NORM_KINDS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "gelu_exact", "swish")
 DECODER_STARTS = ("bos", "pad")
 DTYPES = ("float32", "bfloat16")
-KERNELS = ("auto", "plain", "cpu")
+OPS_CHOICES = ("auto", "plain", "cpu")
 
 
-def resolve_kernels(kernels: str, platform: str | None = None) -> str:
-    """``model.kernels`` for a platform: "auto" is "cpu" on the CPU backend and "plain"
+def resolve_ops(ops: str, platform: str | None = None) -> str:
+    """``model.ops`` for a platform: "auto" is "cpu" on the CPU backend and "plain"
     elsewhere; platform None is the default backend (``jax.default_backend()``)."""
-    if kernels != "auto":
-        return kernels
+    if ops != "auto":
+        return ops
     if platform is None:
         import jax  # the one place config needs it, to read the default backend
 
@@ -53,7 +53,10 @@ class ModelConfig:
     output_bias: bool = False  # a learned bias [V] on tied logits (Marian's final_logits_bias)
     layer_norm_epsilon: float = 1e-6
     dtype: str = "float32"  # compute dtype; parameters stay float32
-    kernels: str = "auto"  # plain: stock JAX/Flax ops | cpu: jformer.kernels | auto: by platform
+    # how the same function is computed: plain: stock JAX/Flax | cpu: the CPU set of
+    # jformer.kernels | auto: by platform (jformer/ops.py resolves it, once); a config.json
+    # written before the rename names it "kernels" (jformer.config.root.RENAMED)
+    ops: str = "auto"
     pad_id: int = 0  # from the tokenizer
     bos_id: int = 2  # from the tokenizer; -1: the vocabulary has none (Marian's)
     eos_id: int = 3  # from the tokenizer
@@ -80,7 +83,7 @@ class ModelConfig:
         check(not (self.output_bias and not self.tie_output), f"{s}.output_bias", "False "
               "with model.tie_output=False (an untied projection has its own bias)", True)
         check_choice(s, "dtype", self.dtype, DTYPES)
-        check_choice(s, "kernels", self.kernels, KERNELS)
+        check_choice(s, "ops", self.ops, OPS_CHOICES)
         check_number(s, "layer_norm_epsilon", self.layer_norm_epsilon, 0, strict=True)
         if self.positional.startswith("sinusoidal"):
             check(self.d_model % 2 == 0, f"{s}.d_model", "even for sinusoidal positions",
@@ -107,7 +110,7 @@ class ModelConfig:
         return self.pad_id if self.decoder_start == "pad" else self.bos_id
 
     def for_platform(self, platform: str) -> "ModelConfig":
-        """This config with ``kernels`` resolved for ``platform`` ("cpu", "cuda", "tpu"):
+        """This config with ``ops`` resolved for ``platform`` ("cpu", "cuda", "tpu"):
         what a program lowered for that platform runs (``jax.export``)."""
-        return dataclasses.replace(self, kernels=resolve_kernels(self.kernels, platform))
+        return dataclasses.replace(self, ops=resolve_ops(self.ops, platform))
 

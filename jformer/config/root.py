@@ -54,6 +54,27 @@ def _build(section: str, cls: type, values: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+# Names a config.json written by an older jformer may hold, read as today's:
+# (section, old field) -> field, and (section, field, old value) -> value.
+RENAMED = {("model", "kernels"): "ops"}
+RENAMED_VALUES = {("train", "weight_decay_mask", "kernels"): "matrices"}
+
+
+def _renamed(section: str, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the old names of :data:`RENAMED` and :data:`RENAMED_VALUES` read
+    as today's; an old and a new name for one field together are a ConfigError."""
+    for (where, old), new in RENAMED.items():
+        if where == section and old in values:
+            if new in values:
+                raise ConfigError(f"{section}.{old} and {section}.{new} are one field "
+                                  f"({old} is its old name); give only {section}.{new}")
+            values[new] = values.pop(old)
+    for (where, name, old), new in RENAMED_VALUES.items():
+        if where == section and values.get(name) == old:
+            values[name] = new
+    return values
+
+
 def from_config_dict(cfg: Mapping[str, Any], **model_overrides: Any) -> Config:
     """Builds and validates a :class:`Config` from a ConfigDict (or nested dict).
 
@@ -66,7 +87,7 @@ def from_config_dict(cfg: Mapping[str, Any], **model_overrides: Any) -> Config:
         raise ConfigError(f"unknown config section(s) {unknown}; known: {sorted(_SECTIONS)}")
     parts = {}
     for name, cls in _SECTIONS.items():
-        values = dict(raw.get(name, {}))
+        values = _renamed(name, dict(raw.get(name, {})))
         if name == "model":
             values.update(model_overrides)
         parts[name] = _build(name, cls, values)

@@ -28,7 +28,7 @@ class TrainConfig:
     adam_b2: float = 0.98  # paper 5.3
     adam_eps: float = 1e-9  # paper 5.3
     weight_decay: float = 0.0
-    weight_decay_mask: str = "all"  # all | kernels (BERT: no decay of biases and LayerNorms)
+    weight_decay_mask: str = "all"  # all | matrices (BERT: no decay of biases and LayerNorms)
     label_smoothing: float = 0.1  # paper 5.4
     grad_clip_norm: float = 0.0  # 0: no clipping
     accum_steps: int = 1  # gradient accumulation micro-batches per update
@@ -65,7 +65,7 @@ class TrainConfig:
         check_rate(s, "label_smoothing", self.label_smoothing)
         check_choice(s, "parallelism", self.parallelism, ("shard_map", "pmap"))
         check_choice(s, "schedule", self.schedule, SCHEDULES)
-        check_choice(s, "weight_decay_mask", self.weight_decay_mask, ("all", "kernels"))
+        check_choice(s, "weight_decay_mask", self.weight_decay_mask, ("all", "matrices"))
         check_number(s, "learning_rate", self.learning_rate, 0, strict=True)
         check_choice(s, "compute_dtype", self.compute_dtype, DTYPES)
         check_number(s, "learning_rate_scale", self.learning_rate_scale, 0, strict=True)

@@ -12,7 +12,7 @@ length) and S source positions:
     tables                   B * S (source mask, bool) + 4 * B * W * T (beam slot table,
                              int32; beam search in the CPU cache layout only)
 
-Greedy search and sampling are W = 1. Plain kernels keep a beam's W hypotheses as W rows
+Greedy search and sampling are W = 1. The plain ops keep a beam's W hypotheses as W rows
 of the same buffers, with no slot table. The searches' own buffers
 (tokens, scores: no d factor), the encoder's activations and one step's logits are not
 counted: they are freed or small next to the cache.

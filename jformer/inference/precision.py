@@ -5,7 +5,7 @@
     "model"     decode in ``model.dtype`` (the run's ``train.compute_dtype``), float32
                 weights read and cast by each product, as training computes;
     "float32"   float32 weights, activations and KV cache (whatever the run trained in);
-    "bfloat16"  the weight matrices (kernels, embeddings: rank >= 2) stored in bfloat16
+    "bfloat16"  the weight matrices (Flax "kernel"s, embeddings: rank >= 2) stored in bfloat16
                 once, bfloat16 activations and KV cache; vectors (biases, LayerNorm
                 scale and offset) stay float32, as do the attention softmax, the logits
                 and the scores.
@@ -15,7 +15,7 @@ still the slower choice: XLA:CPU's bfloat16 products are slower than its float32
 the packed decode-step products of :mod:`jformer.kernels` are float32 only, so "auto"
 decodes a bfloat16-trained model in float32 there (docs/results.md measures both).
 With "bfloat16", each product rounds what it reads exactly as
-``model.dtype=bfloat16`` does (the modules cast their float32 kernels to bfloat16 at
+``model.dtype=bfloat16`` does (the modules cast their float32 weight matrices to bfloat16 at
 use), so the only new rounding is the embedding lookup's scale by sqrt(d_model) (exact
 when d_model is a power of 4). Its BLEU cost, measured: docs/results.md.
 """

@@ -92,7 +92,7 @@ class Translator:
         # the decode devices.
         self.params = jax.device_put(params, local[0] if self.mesh is None
                                      else NamedSharding(self.mesh, P()))
-        self.ops = resolve(model_cfg)  # model.kernels, once
+        self.ops = resolve(model_cfg)  # model.ops, once
         self.prepared = prepare(Transformer(model_cfg, self.ops), self.params)
         self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
 

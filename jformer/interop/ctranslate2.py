@@ -29,7 +29,7 @@ What the spec holds, and why each part computes what jformer computes:
 - Embeddings scaled by sqrt(d_model) (``scale_embeddings``); shared or separate source
   and target tables; the output projection is the target embedding (tied, with
   ``model.output_bias`` as its bias: Marian's final_logits_bias) or its own.
-- Attention: jformer's fused kernels [D, 3, H, K] (self) and [D, 2, H, K] (cross K/V)
+- Attention: jformer's fused weight matrices [D, 3, H, K] (self) and [D, 2, H, K] (cross K/V)
   are CTranslate2's fused linears [3*H*K, D] and [2*H*K, D] (out x in; Q, K, V in
   that order, head-major inside each). Keys have no bias in jformer: theirs is zero.
 - Vocabulary: the sentencepiece pieces in id order, for source and target, and the
@@ -168,7 +168,7 @@ def _set_output(spec: common_spec.LinearSpec, p: Mapping[str, Any]) -> None:
 
 
 def _set_ffn(spec, p: Mapping[str, Any], norm: Mapping[str, Any]) -> None:
-    # Dense kernels are [in, out]; CTranslate2's linears [out, in].
+    # Dense weight matrices ("kernel") are [in, out]; CTranslate2's linears [out, in].
     _set_linear(spec.linear_0, np.asarray(p["wi"]["kernel"]).T, p["wi"]["bias"])
     _set_linear(spec.linear_1, np.asarray(p["wo"]["kernel"]).T, p["wo"]["bias"])
     _set_norm(spec.layer_norm, norm)

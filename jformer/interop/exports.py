@@ -23,7 +23,7 @@ from jformer.workdir import checkpoint, files
 # ModelConfig fields that do not change what inference computes in float32: dropout, the
 # compute dtype, and the kernel switch (both sets compute the same function).
 INFERENCE_NEUTRAL_FIELDS = frozenset({
-    "dropout_rate", "attention_dropout_rate", "relu_dropout_rate", "dtype", "kernels"})
+    "dropout_rate", "attention_dropout_rate", "relu_dropout_rate", "dtype", "ops"})
 
 
 def unknown_fields(cfg: ModelConfig, known: Iterable[str], export: str) -> list[str]:

@@ -237,7 +237,7 @@ def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping
         "call": "program(params, inputs_BS, alpha) -> (tokens_BT, scores_B, finished_B)",
         "programs": {p: {str(b): program_file(p, b) for b in settings.buckets}
                      for p in settings.platforms},
-        "kernels": {p: model_cfg.for_platform(p).kernels for p in settings.platforms},
+        "ops": {p: model_cfg.for_platform(p).ops for p in settings.platforms},
         "params": PARAMS, "tokenizer": TOKENIZER,
         "param_shapes": {k: f"{v.dtype}{list(np.shape(v))}".replace(" ", "")
                          for k, v in params_flat.items()},

@@ -22,7 +22,7 @@ Why the jformer model computes what Hugging Face's ``MarianMTModel`` computes:
 - Layers are post-LN with torch's LayerNorm epsilon 1e-5 (MarianConfig has no field for
   it); the FFN activation maps by :data:`ACTIVATIONS`.
 - Attention: the q, k, v and out projections (torch ``Linear``: weight [out, in], out =
-  head-major H*K) become jformer's fused kernels. The key bias is dropped: it adds
+  head-major H*K) become jformer's fused weight matrices. The key bias is dropped: it adds
   q . b_k to every logit of a query row, which the softmax cancels exactly.
 - The decoder starts from PAD (``decoder_start_token_id == pad_token_id``):
   ``model.decoder_start="pad"``; the vocabulary has no BOS, so ``model.bos_id`` is -1.

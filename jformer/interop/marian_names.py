@@ -4,7 +4,7 @@
         params_value = link.to_jformer(state[link.key])      # jformer.interop.marian (import)
         state[link.key] = link.to_marian(params_value)       # jformer.interop.huggingface (export)
 
-A torch ``Linear`` stores its weight [out, in]; jformer's kernels are [in, ..., out] with
+A torch ``Linear`` stores its weight [out, in]; jformer's weight matrices are [in, ..., out] with
 the heads split out ([D, H, K] for a query, [H, K, D] for the attention output), so such
 a weight is transposed and reshaped (``transposed``). Self-attention fuses Q, K, V into
 one kernel [D, 3, H, K], cross-attention K, V into [D, 2, H, K]: each HF projection is

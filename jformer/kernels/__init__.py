@@ -1,7 +1,7 @@
 """XLA:CPU speed-ups, each the same function as the stock op it replaces.
 
 :data:`jformer.kernels.ops.CPU` is the set of :class:`~jformer.model.ops.Ops` they form;
-``ModelConfig.kernels`` chooses it or the stock set (:func:`jformer.ops.resolve`: "auto"
+``ModelConfig.ops`` chooses it or the stock set (:func:`jformer.ops.resolve`: "auto"
 picks "cpu" on the CPU backend and "plain" elsewhere).
 
 | kernel | replaces (plain form) | why on XLA:CPU |
@@ -18,7 +18,7 @@ picks "cpu" on the CPU backend and "plain" elsewhere).
 | native_attention (beam steps, float32) | attention.beam_slot_attention | C++ (XLA FFI): only the cache columns written so far scored, each hypothesis' own values summed |
 
 Each has a test of values and gradients against its plain form (tests/kernels), and the
-whole model is tested equal under both (tests/model/test_kernels_switch.py). What each
+whole model is tested equal under both (tests/model/test_ops_switch.py). What each
 one buys, and the command that measures it: kernels/README.md.
 """
 from jformer.kernels.bias import Dense, add_bias

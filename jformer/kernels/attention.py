@@ -20,7 +20,7 @@ is innermost and copies it otherwise:
 :class:`CpuAttention` is :class:`~jformer.model.attention.MultiHeadAttention` with these
 products (same parameters); :class:`PackedAttention` is its float32 decode-step form over
 weights packed once (:mod:`jformer.kernels.rows_matmul`). Equality with the plain form:
-tests/kernels/test_attention.py and tests/model/test_kernels_switch.py; speed:
+tests/kernels/test_attention.py and tests/model/test_ops_switch.py; speed:
 kernels/README.md.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Dense products x [..., I] . w [I, O] with a backward pass laid out for XLA:CPU.
 
-With ``model.kernels="cpu"`` every weight product of the model (attention projections,
+With ``model.ops="cpu"`` every weight product of the model (attention projections,
 FFN) goes through ``dense``. The forward value is the plain product; only the gradient is
 written out, for two reasons:
 
@@ -99,7 +99,7 @@ def einsum(spec: str, a: Array, b: Array) -> Array:
     product is laid out for XLA:CPU's bf16 kernels (:func:`_contract`). float32
     operands keep autodiff's backward, so float32 training is unchanged (a reordered
     float32 sum would move Adam's updates away from the plain model's:
-    tests/model/test_kernels_switch.py). Every axis of a and b must appear in the other
+    tests/model/test_ops_switch.py). Every axis of a and b must appear in the other
     operand or the output (no axis summed within one operand); then
     d a = einsum("out,b->a", g, b) and d b = einsum("out,a->b", g, a).
     """

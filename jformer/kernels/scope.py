@@ -3,7 +3,7 @@
 Each kernel's entry point runs under ``jax.named_scope("cpu_kernel.<name>")``; the name
 lands in the locations of the lowered module (``jax.export(...).mlir_module()``), the
 backward ops of a custom VJP included as ``transpose(jvp(cpu_kernel.<name>))``.
-tests/test_accelerator_lowering.py checks that model.kernels="auto" lowered for CUDA
+tests/test_accelerator_lowering.py checks that model.ops="auto" lowered for CUDA
 and TPU holds no such name, and that the CPU lowering does.
 """
 from __future__ import annotations

@@ -64,10 +64,10 @@ def resolve_config(raw: Mapping[str, Any], data: DataSplit) -> config_lib.Config
 # Model fields a resumed run may change: those set from the tokenizer (a resumed run
 # reuses the workdir's spm.model; a different vocabulary size fails the restore), the
 # training-only dropout rates, the compute dtype (parameters stay float32) and the
-# kernels (the same function and parameters either way).
+# ops (the same function and parameters either way).
 RESUMABLE_MODEL_FIELDS = frozenset({"vocab_size", "pad_id", "bos_id", "eos_id", "dropout_rate",
                                     "attention_dropout_rate", "relu_dropout_rate", "dtype",
-                                    "kernels"})
+                                    "ops"})
 
 def changed_model_fields(saved: config_lib.ModelConfig,
                          new: config_lib.ModelConfig) -> list[str]:

@@ -67,7 +67,7 @@ def make_optimizer(cfg: TrainConfig, d_model: int) -> tuple[optax.GradientTransf
                                                              optax.Schedule]:
     """Adam(b1, b2, eps) (paper: 0.9, 0.98, 1e-9) on ``train.schedule``; optional clipping
     by global norm (``grad_clip_norm > 0``) and decoupled weight decay (``weight_decay >
-    0``, AdamW) of every parameter, or with ``weight_decay_mask="kernels"`` of all but
+    0``, AdamW) of every parameter, or with ``weight_decay_mask="matrices"`` of all but
     biases and LayerNorm scales (BERT).
 
     The optimizer state has one layout whatever the clipping and decay settings:
@@ -81,7 +81,7 @@ def make_optimizer(cfg: TrainConfig, d_model: int) -> tuple[optax.GradientTransf
     adam = optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps)
     rate = optax.scale_by_learning_rate(schedule)
     clip = optax.clip_by_global_norm(cfg.grad_clip_norm) if cfg.grad_clip_norm > 0 else None
-    mask = decay_mask if cfg.weight_decay_mask == "kernels" else None
+    mask = decay_mask if cfg.weight_decay_mask == "matrices" else None
     decay = (optax.add_decayed_weights(cfg.weight_decay, mask=mask) if cfg.weight_decay > 0
              else None)
 

@@ -45,12 +45,12 @@ def test_export_writes_programs_params_tokenizer_and_manifest(tmp_path, capsys):
     info = manifest(out)
     assert {k: info[k] for k in ("format", "buckets", "batch_rows", "method", "beam_size",
                                  "alpha", "max_len", "max_output_len", "pad_id", "bos_id",
-                                 "eos_id", "unk_id", "vocab_size", "kernels")} == {
+                                 "eos_id", "unk_id", "vocab_size", "ops")} == {
         "format": "jformer-jax-export", "buckets": [16, 64], "batch_rows": 2,
         "method": "greedy", "beam_size": run.decode.beam_size, "alpha": run.decode.alpha,
         "max_len": None, "max_output_len": {"16": 64, "64": 64},  # min(64, S + 50)
         "pad_id": 0, "bos_id": 2, "eos_id": 3, "unk_id": 1, "vocab_size": 400,
-        "kernels": {"cpu": "cpu", "tpu": "plain"}}
+        "ops": {"cpu": "cpu", "tpu": "plain"}}
     assert info["programs"] == {p: {"16": f"{p}/bucket_16.jaxexport",
                                     "64": f"{p}/bucket_64.jaxexport"} for p in ("cpu", "tpu")}
     assert info["source"]["step"] == 400  # the latest

@@ -20,7 +20,7 @@ from jformer.train.step import make_loss_fn
 
 TINY = ModelConfig(vocab_size=300, d_model=32, num_heads=4, num_encoder_layers=2,
                    num_decoder_layers=3, d_ff=64, max_len=64)
-KERNELS = ("plain", "cpu")  # every cache layout
+OPS_CHOICES = ("plain", "cpu")  # every cache layout
 
 
 def allocated_bytes(cfg: ModelConfig, batch: int, beam: int, max_len: int, src_len: int
@@ -38,13 +38,13 @@ def allocated_bytes(cfg: ModelConfig, batch: int, beam: int, max_len: int, src_l
     return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree.leaves(cache))
 
 
-@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("ops", OPS_CHOICES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("batch, beam, max_len, src_len",
                          [(1, 1, 8, 8), (3, 1, 16, 40), (2, 4, 24, 8), (5, 3, 7, 13)])
-def test_cache_bytes_equal_the_arrays_init_decode_state_allocates(kernels, dtype, batch, beam,
+def test_cache_bytes_equal_the_arrays_init_decode_state_allocates(ops, dtype, batch, beam,
                                                                   max_len, src_len):
-    cfg = dataclasses.replace(TINY, dtype=dtype, kernels=kernels)
+    cfg = dataclasses.replace(TINY, dtype=dtype, ops=ops)
     want = allocated_bytes(cfg, batch, beam, max_len, src_len)
     assert memory.cache_bytes(cfg, batch, beam, max_len, src_len=src_len) == want
     parts = memory.cache_parts(cfg, batch, beam, max_len, src_len=src_len)

@@ -122,7 +122,7 @@ def assert_same_search(translator: Translator, ct2_translator, sentences: list[s
 
 
 def perturbed_params(cfg: ModelConfig, seed: int = 0) -> dict:
-    """Random params in the model's tree, none at its initial value: kernels and
+    """Random params in the model's tree, none at its initial value: weight matrices and
     embeddings N(0, 1/fan_in), biases N(0, 0.1), LayerNorm scales 1 + N(0, 0.1), so a
     misplaced bias or norm shows in the log-probs. (Drawn with numpy: no compile.)"""
     dummy = jax.ShapeDtypeStruct((1, 4), jnp.int32)
@@ -136,7 +136,7 @@ def perturbed_params(cfg: ModelConfig, seed: int = 0) -> dict:
             x = 1.0 + rng.normal(0.0, 0.1, shape)
         elif name.endswith("bias"):
             x = rng.normal(0.0, 0.1, shape)
-        else:  # [in, ..., out] kernels ([H, K, D] out_kernel: in = H*K), tables
+        else:  # [in, ..., out] weight matrices ([H, K, D] out_kernel: in = H*K), tables
             fan_in = shape[0] * shape[1] if name == "out_kernel" else shape[-1 if name in (
                 "embedding", "table") else 0]
             x = rng.normal(0.0, fan_in ** -0.5, shape)

@@ -89,7 +89,7 @@ def hf_logits(out, sources, targets, fix_epsilon=False):
 
 def jformer_logits(cfg, params, batch, pad):
     inputs, labels = batch.input_ids.numpy(), batch.labels.numpy()
-    got = transformer(dataclasses.replace(cfg, kernels="plain")).apply(
+    got = transformer(dataclasses.replace(cfg, ops="plain")).apply(
         {"params": params}, inputs.astype(np.int32), labels.astype(np.int32))
     return np.asarray(got), labels != pad
 

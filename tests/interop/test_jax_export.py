@@ -213,7 +213,7 @@ def test_accelerator_programs_are_written_and_deserialize(tmp_path):
                                     platforms=("cpu", "cuda", "tpu"))
     with open(os.path.join(out, jax_export.MANIFEST)) as f:
         info = json.load(f)
-    assert info["kernels"] == {"cpu": "cpu", "cuda": "plain", "tpu": "plain"}
+    assert info["ops"] == {"cpu": "cpu", "cuda": "plain", "tpu": "plain"}
     n_params = len(np.load(os.path.join(out, jax_export.PARAMS)).files)
     for platform in ("cpu", "cuda", "tpu"):
         programs = jax_export.load_programs(out, platform)

@@ -111,9 +111,9 @@ def test_the_tokenizer_gives_marian_tokenizers_ids(noised):
     assert tokenizer.decode(labels) == hf_tok.batch_decode(labels, skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("kernels", ["plain", "cpu"])
+@pytest.mark.parametrize("ops", ["plain", "cpu"])
 @pytest.mark.parametrize("weights", ["safetensors", "pytorch_model.bin"])
-def test_logits_equal_hugging_faces(noised, weights, kernels):
+def test_logits_equal_hugging_faces(noised, weights, ops):
     hf_dir, _, workdir = noised[weights]
     model, hf_tok = load_hf(hf_dir)
     batch = hf_tok(SOURCES, text_target=TARGETS, padding=True, return_tensors="pt")
@@ -126,7 +126,7 @@ def test_logits_equal_hugging_faces(noised, weights, kernels):
     targets = padded(tokenizer.encode_lists(TARGETS, side="target"), pad)
     assert (inputs == batch.input_ids.numpy()).all() and (targets == batch.labels.numpy()).all()
     assert (inputs == pad).any() and (targets == pad).any()  # the batch is padded
-    cfg = dataclasses.replace(config.model, kernels=kernels)
+    cfg = dataclasses.replace(config.model, ops=ops)
     got = np.asarray(transformer(cfg).apply({"params": params}, inputs.astype(np.int32),
                                             targets.astype(np.int32)))
     real = targets != pad  # HF's logits at padded target positions are not predictions
@@ -167,15 +167,15 @@ def hf_log_prob(model, hf_tok, source: str, ids: list[int]) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernels", ["plain", "cpu"])
+@pytest.mark.parametrize("ops", ["plain", "cpu"])
 @pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 4)])
-def test_search_gives_hf_generates_tokens(trained, method, beam, kernels):
+def test_search_gives_hf_generates_tokens(trained, method, beam, ops):
     hf_dir, workdir = trained
     model, hf_tok = load_hf(hf_dir)
     want_ids, want_scores = hf_generate(model, hf_tok, beam)
     config, tokenizer, params = load_workdir(workdir)
     assert config.decode.eos_candidates == "top_w"  # the import decodes as Marian does
-    model_cfg = dataclasses.replace(config.model, kernels=kernels)
+    model_cfg = dataclasses.replace(config.model, ops=ops)
     translator = Translator(model_cfg, params, tokenizer, config.decode)
     hyps = translator.translate(SOURCES, method=method, beam_size=beam, alpha=0.0,
                                 max_len=MAX_LEN, return_scores=True)

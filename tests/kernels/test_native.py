@@ -19,7 +19,7 @@ def test_without_a_compiler_it_warns_once_and_decoding_keeps_xla(tmp_path):
         "assert rows_matmul.available() is False and rows_matmul.available() is False\n"
         "from jformer.config import ModelConfig\n"
         "from jformer.ops import transformer\n"
-        "model = transformer(ModelConfig(kernels='cpu', tie_output=False))\n"
+        "model = transformer(ModelConfig(ops='cpu', tie_output=False))\n"
         "assert model.ops.cache.prepare(model, params=None) == {}\n")
     env = dict(os.environ, CXX="no-such-compiler-jformer", JFORMER_KERNEL_CACHE=str(tmp_path))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,

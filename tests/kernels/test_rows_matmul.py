@@ -158,7 +158,7 @@ def test_searches_over_packed_weights_agree(method, beam):
 def test_relative_positions_and_windows_keep_packed_weights_and_xla_beam_attention(variant):
     """The C++ beam kernel scores q . k alone: models whose scores hold more (relative
     positions, a window) decode beams over the packed weights with XLA's beam attention
-    (their values: tests/model/test_kernels_switch.py::test_decoding_agrees)."""
+    (their values: tests/model/test_ops_switch.py::test_decoding_agrees)."""
     cfg = dataclasses.replace(CFG, **variant)
     params = _params(cfg)
     inputs = np.full((2, 5), 3, np.int32)
@@ -172,7 +172,7 @@ def test_relative_positions_and_windows_keep_packed_weights_and_xla_beam_attenti
 def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
     params = _params(CFG)
     assert packed_weights(dataclasses.replace(CFG, dtype="bfloat16"), params) is None
-    assert packed_weights(dataclasses.replace(CFG, kernels="plain"), params) is None
+    assert packed_weights(dataclasses.replace(CFG, ops="plain"), params) is None
     # 132 rows (batch 33 x beam 4) exceed PACKED_ROWS_MAX: the step keeps XLA's dot
     assert PACKED_ROWS_MAX < 132
     inputs = np.full((33, 5), 3, np.int32)

@@ -93,12 +93,12 @@ def reference_self_attention(p, x, mask):
     return np.einsum("blhk,hkd->bld", ctx, p["out_kernel"]) + p["out_bias"], w
 
 
-@pytest.mark.parametrize("kernels", ["plain", "cpu"])
+@pytest.mark.parametrize("ops", ["plain", "cpu"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_windowed_self_attention_matches_numpy_reference(kernels, causal):
+def test_windowed_self_attention_matches_numpy_reference(ops, causal):
     """model.attention_window = 2: each query reads the keys at most 2 positions away
     (causal: 2 back), combined with the mask it is given (padding here)."""
-    mha = resolve(ModelConfig(kernels=kernels)).attention(num_heads=2, d_model=6, window=2)
+    mha = resolve(ModelConfig(ops=ops)).attention(num_heads=2, d_model=6, window=2)
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 7, 6))
     valid = np.ones((2, 7), bool)
     valid[0, 5:] = False
@@ -127,11 +127,11 @@ def test_attention_weights_are_sown_on_request():
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
 
 
-def _projection_gradient(kernels, method, weights):
+def _projection_gradient(ops, method, weights):
     """(the jitted gradient's StableHLO, its value with respect to the kernel, the
     expected value) of sum_j w_j * sum(out_j)."""
     cross = method is MultiHeadAttention.project_memory
-    mha = resolve(ModelConfig(kernels=kernels)).attention(num_heads=2, d_model=8, cross=cross)
+    mha = resolve(ModelConfig(ops=ops)).attention(num_heads=2, d_model=8, cross=cross)
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 8))
     params = mha.init(jax.random.PRNGKey(1), x, method=method)
 
@@ -145,15 +145,15 @@ def _projection_gradient(kernels, method, weights):
     return grad.lower(params).as_text(), grad(params)["params"][kernel], want
 
 
-@pytest.mark.parametrize("kernels", ["plain", "cpu"])
+@pytest.mark.parametrize("ops", ["plain", "cpu"])
 @pytest.mark.parametrize("method", [MultiHeadAttention.project_qkv,
                                     MultiHeadAttention.project_memory])
-def test_qkv_and_kv_projection_gradients_concatenate_instead_of_summing_pads(kernels, method):
+def test_qkv_and_kv_projection_gradients_concatenate_instead_of_summing_pads(ops, method):
     # Q, K, V (and cross-attention K, V) come out of one [D, J, H, K] product. Indexing
     # the J axis makes the gradient zero-padded arrays summed (in a bf16 small train step,
     # six [2048, 768] fusions, 25 ms of a traced 742); jnp.unstack makes it one
     # concatenate. Same values either way (test_multi_head_self_attention_matches_...).
     weights = [1.0, 2.0, 3.0] if method is MultiHeadAttention.project_qkv else [1.0, 2.0]
-    hlo, grad, want = _projection_gradient(kernels, method, weights)
+    hlo, grad, want = _projection_gradient(ops, method, weights)
     assert "stablehlo.pad" not in hlo
     np.testing.assert_allclose(grad, np.broadcast_to(want, grad.shape), rtol=1e-5)

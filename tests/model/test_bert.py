@@ -182,15 +182,15 @@ def noised(params, seed=1):
     pytest.param("pretrain", "pre", dict(positional="relative", relative_clip=3,
                                          attention_window=2), marks=pytest.mark.slow)])
 def test_the_encoder_and_heads_agree_under_plain_and_cpu_kernels(head, norm, options):
-    """model.kernels: the stock Flax ops and jformer.kernels give the same parameters and
+    """model.ops: the stock Flax ops and jformer.kernels give the same parameters and
     the same outputs for every head."""
     inputs, types = batch()
     positions = jnp.array([[1, 6, 0], [2, 7, 8]], jnp.int32)
     cfg = dataclasses.replace(CFG, norm=norm, **options)
-    plain_cfg, cpu_cfg = (dataclasses.replace(cfg, kernels=k) for k in ("plain", "cpu"))
+    plain_cfg, cpu_cfg = (dataclasses.replace(cfg, ops=k) for k in ("plain", "cpu"))
     plain = Bert(plain_cfg, BERT, head, ops=resolve(plain_cfg))
     cpu = Bert(cpu_cfg, BERT, head, ops=resolve(cpu_cfg))
-    params = noised(make(head, cfg=dataclasses.replace(cfg, kernels="plain"))[1])
+    params = noised(make(head, cfg=dataclasses.replace(cfg, ops="plain"))[1])
     args = (inputs, types, positions) if head == "pretrain" else (inputs, types)
     shapes = lambda t: jax.tree.map(lambda a: a.shape, t)  # noqa: E731
     assert shapes(jax.eval_shape(cpu.init, jax.random.PRNGKey(0), *args)["params"]) == \

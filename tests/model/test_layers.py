@@ -114,12 +114,12 @@ MARIAN = dict(output_bias=True, decoder_start="pad", positional="sinusoidal_conc
               layer_norm_epsilon=1e-5)
 
 
-@pytest.mark.parametrize("kernels", ["plain", "cpu"])
+@pytest.mark.parametrize("ops", ["plain", "cpu"])
 @pytest.mark.parametrize("norm, activation, options", [
     ("post", "relu", {}), ("pre", "relu", {}), ("post", "gelu", {}),
     ("post", "swish", MARIAN), ("pre", "gelu_exact", dict(output_bias=True))])
-def test_forward_equals_the_numpy_reference(kernels, norm, activation, options):
-    cfg = dataclasses.replace(CFG, kernels=kernels, norm=norm, activation=activation,
+def test_forward_equals_the_numpy_reference(ops, norm, activation, options):
+    cfg = dataclasses.replace(CFG, ops=ops, norm=norm, activation=activation,
                               **options)
     src = np.array([5, 9, 14, 30, 7, EOS], np.int32)
     tgt = np.array([11, 6, 21, 8, EOS], np.int32)

@@ -84,7 +84,7 @@ def test_a_window_limits_what_reaches_each_position_to_layers_times_w():
 
     cfg = ModelConfig(vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=2,
                       num_decoder_layers=2, d_ff=32, max_len=12, dropout_rate=0.0,
-                      attention_window=1, kernels="plain")
+                      attention_window=1, ops="plain")
     model, v = transformer(cfg), drawn_params(cfg)
     inputs = jnp.array([[5, 6, 7, 8, 9, 10, 11, 12, 3]], jnp.int32)
     changed = inputs.at[0, 4].set(15)

@@ -100,7 +100,7 @@ def test_only_offsets_reach_the_encoder():
     shifted = np.concatenate([np.full((1, 3), PAD, np.int32), tokens], axis=1)
     moved = {}
     for positional in ("relative", "sinusoidal"):
-        cfg = dataclasses.replace(CFG, positional=positional, kernels="plain")
+        cfg = dataclasses.replace(CFG, positional=positional, ops="plain")
         model, v = transformer(cfg), drawn_params(cfg, seed=1)
         a = model.apply(v, tokens, method=Transformer.encode)
         b = model.apply(v, shifted, method=Transformer.encode)[:, 3:]
@@ -112,12 +112,12 @@ def test_both_kernel_sets_decode_step_by_step_as_teacher_forcing():
     """The plain and the CPU set give the same teacher-forced logits, and each one's
     cached steps (offsets j - t against the cache, clipped at 2; a window of 3 behind)
     give them at every position, past the clip and the window. (Gradients and beam
-    search of both: tests/model/test_kernels_switch.py, slow.)"""
+    search of both: tests/model/test_ops_switch.py, slow.)"""
     cfg = dataclasses.replace(CFG, attention_window=3)
     rng = np.random.default_rng(3)
     inputs = jnp.asarray(rng.integers(4, cfg.vocab_size, (2, 7)), jnp.int32).at[0, 4:].set(PAD)
     targets = jnp.asarray(rng.integers(4, cfg.vocab_size, (2, 7)), jnp.int32)
-    models = {k: transformer(dataclasses.replace(cfg, kernels=k)) for k in ("plain", "cpu")}
+    models = {k: transformer(dataclasses.replace(cfg, ops=k)) for k in ("plain", "cpu")}
     v = drawn_params(cfg)
     expected = models["plain"].apply(v, inputs, targets)
     np.testing.assert_allclose(models["cpu"].apply(v, inputs, targets), expected,

@@ -509,8 +509,8 @@ def test_beam_pruning_matches_a_plain_reference_search(beam, alpha, eos_candidat
             return log_softmax(table[r, len(seq), prev2, prev])
 
         state = {"row": jnp.arange(rows, dtype=jnp.int32), "prev": jnp.full((rows,), 2)}
-        for kernels in ("plain", "cpu"):
-            candidates = resolve(ModelConfig(kernels=kernels)).beam_candidates
+        for ops in ("plain", "cpu"):
+            candidates = resolve(ModelConfig(ops=ops)).beam_candidates
             out = beam_search(step_fn, state, batch_size=rows, beam_size=beam,
                               max_len=max_len, alpha=alpha, chunk_size=2, candidates=candidates,
                               eos_candidates=eos_candidates, **ids)
@@ -518,7 +518,7 @@ def test_beam_pruning_matches_a_plain_reference_search(beam, alpha, eos_candidat
                 want = reference_beam(lambda s: logp_fn(r, s), vocab, beam, max_len, alpha,
                                       eos_candidates=eos_candidates)
                 got = [strip(out.tokens[r, w], out.lengths[r, w]) for w in range(len(want))]
-                assert got == [list(seq) for seq, _ in want], (seed, r, kernels)
+                assert got == [list(seq) for seq, _ in want], (seed, r, ops)
                 np.testing.assert_allclose(out.scores[r, :len(want)], [s for _, s in want],
                                            rtol=1e-5, atol=1e-5)
 

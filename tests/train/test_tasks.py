@@ -297,20 +297,20 @@ def test_demo_pretraining_learns_far_beyond_the_unigram_baseline(tmp_path):
 
 
 def test_pretraining_loss_and_gradients_agree_under_plain_and_cpu_kernels():
-    """The MLM loss is the logits then the cross entropy under model.kernels="plain" and
+    """The MLM loss is the logits then the cross entropy under model.ops="plain" and
     the fused projected loss under "cpu" (as translation's): the same sums and gradients."""
     cfg = from_config_dict(tiny_bert_config().to_dict(), vocab_size=53)
     batch = {k: jnp.asarray(v) for k, v in pretrain_batch().items()}
     results = {}
-    for kernels in ("plain", "cpu"):
-        model_cfg = dataclasses.replace(cfg.model, kernels=kernels, dropout_rate=0.0,
+    for ops in ("plain", "cpu"):
+        model_cfg = dataclasses.replace(cfg.model, ops=ops, dropout_rate=0.0,
                                         attention_dropout_rate=0.0)
         model = Bert(model_cfg, cfg.bert, "pretrain", ops=resolve(model_cfg))
         params = noised(init_params(model, jax.random.PRNGKey(0), batch["inputs"][:1]))
         job = types.SimpleNamespace(model=model, cfg=dataclasses.replace(cfg, model=model_cfg))
         loss_fn, totals_fn = PretrainTask().loss(job)
         totals = totals_fn(batch)
-        results[kernels] = jax.jit(jax.value_and_grad(loss_fn, has_aux=True), static_argnums=2)(
+        results[ops] = jax.jit(jax.value_and_grad(loss_fn, has_aux=True), static_argnums=2)(
             params, batch, None, totals)
     (lp, mp), gp = results["plain"]
     (lc, mc), gc = results["cpu"]

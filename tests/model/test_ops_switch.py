@@ -1,4 +1,4 @@
-"""model.kernels: the "plain" (stock JAX/Flax) and "cpu" (jformer.kernels) forms compute the
+"""model.ops: the "plain" (stock JAX/Flax) and "cpu" (jformer.kernels) forms compute the
 same function: logits, loss, gradients, a short training run and decoding agree."""
 import dataclasses
 
@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from jformer.config import ModelConfig, TrainConfig, resolve_kernels
+from jformer.config import ModelConfig, TrainConfig, resolve_ops
 from jformer.inference import Translator
 from jformer.ops import transformer
 
@@ -33,8 +33,8 @@ POSITIONS = dict(positional="relative", relative_clip=2, attention_window=3)
 
 
 def pair(cfg):
-    return (transformer(dataclasses.replace(cfg, kernels="plain")),
-            transformer(dataclasses.replace(cfg, kernels="cpu")))
+    return (transformer(dataclasses.replace(cfg, ops="plain")),
+            transformer(dataclasses.replace(cfg, ops="cpu")))
 
 
 def noised_params(cfg, seed=0):
@@ -63,12 +63,12 @@ def batch(packed=False):
 
 
 def test_auto_resolves_by_platform():
-    assert resolve_kernels("auto", "cpu") == "cpu"
-    assert resolve_kernels("auto", "cuda") == "plain" == resolve_kernels("auto", "tpu")
-    assert resolve_kernels("plain", "cpu") == "plain" and resolve_kernels("cpu", "tpu") == "cpu"
-    assert CFG.for_platform("cuda").kernels == "plain"
-    with pytest.raises(ValueError, match="model.kernels"):
-        ModelConfig(kernels="fast")
+    assert resolve_ops("auto", "cpu") == "cpu"
+    assert resolve_ops("auto", "cuda") == "plain" == resolve_ops("auto", "tpu")
+    assert resolve_ops("plain", "cpu") == "plain" and resolve_ops("cpu", "tpu") == "cpu"
+    assert CFG.for_platform("cuda").ops == "plain"
+    with pytest.raises(ValueError, match="model.ops"):
+        ModelConfig(ops="fast")
 
 
 @pytest.mark.slow
@@ -130,8 +130,8 @@ def test_bfloat16_gradients_with_relative_positions_and_windows_agree():
         assert float(np.abs(c - p).max()) <= 0.05 * scale, jax.tree_util.keystr(path)
 
 
-def _train(kernels, steps=6):
-    cfg = dataclasses.replace(CFG, kernels=kernels)
+def _train(ops, steps=6):
+    cfg = dataclasses.replace(CFG, ops=ops)
     model = transformer(cfg)
     tcfg = TrainConfig(warmup_steps=2, learning_rate_scale=0.1)
     tx, schedule = make_optimizer(tcfg, cfg.d_model)
@@ -149,7 +149,7 @@ def _train(kernels, steps=6):
 @pytest.mark.slow
 def test_a_short_training_run_ends_with_the_same_parameters():
     """Six Adam steps (dropout off) from the same init: each parameter's total update
-    agrees to 1% under both kernels. (Adam's normalisation passes rounding differences
+    agrees to 1% under both sets of ops. (Adam's normalisation passes rounding differences
     of the gradients on to the updates, so the bound is relative to how far each
     parameter moved, not a fixed epsilon.)"""
     assert AXIS == "data"
@@ -191,8 +191,8 @@ def test_decoding_agrees(variant, method, beam):
     params = noised_params(cfg, seed=3)
     sentences = ["abc", "hello there", "x", "a longer sentence"]
     out = []
-    for kernels in ("plain", "cpu"):
-        tr = Translator(dataclasses.replace(cfg, kernels=kernels), params, _Chars(cfg.bos_id))
+    for ops in ("plain", "cpu"):
+        tr = Translator(dataclasses.replace(cfg, ops=ops), params, _Chars(cfg.bos_id))
         out.append(tr.translate(sentences, method=method, beam_size=beam, n_best=beam,
                                 return_scores=True, max_len=12))
     for hyps_p, hyps_c in zip(*out):
