@@ -71,7 +71,7 @@ def test_relative_positions_and_windows_from_the_command_line_and_old_config_fil
 
 def test_config_files_written_before_the_ops_rename_load_as_todays():
     """A config.json naming the ops switch ``model.kernels`` and the BERT decay mask
-    ``"kernels"`` (their names until 2026-11-27) loads as ``model.ops`` and ``"matrices"``;
+    ``"kernels"`` (their old names) loads as ``model.ops`` and ``"matrices"``;
     the old and the new name of one field together are an error naming both."""
     c = bert_base.get_config().to_dict()
     c["model"]["ops"] = "plain"
