@@ -18,9 +18,12 @@ With static shapes that is done in stages of sizes ``B > B_1 > ... > B_n``
 A leaf holds G rows per source ([B*G, ...]: G = 1 for per-source values, G = W for the
 hypotheses of a tiled beam cache); its rows move with their source. Every stage traces
 the step function at its own batch size, so each stage adds compile time: keep few.
-The step function sees the same steps in the same order for every source, so results
-equal the fixed batch's, provided its step is row-wise (no row's output depends on
-the batch size).
+Every source sees the same steps in the same order as in the fixed batch, so the results
+are the fixed batch's wherever a row's step output does not depend on the batch size.
+A model's step nearly meets that: its products, compiled for fewer rows, may round
+differently in the last float32 places, so scores agree to rounding (as a sentence
+decoded alone agrees with its batch) and tokens agree unless two candidates tie to
+that rounding.
 """
 from __future__ import annotations
 
@@ -102,40 +105,40 @@ def staged_decode_loop(body_of: Callable[[StepFn], Body], carry: PyTree, step_fn
     batch = carry.done_B.shape[0]
     sources, steps = step_fn.sources, jnp.int32(0)
     kept = carry._replace(state=None)  # every source's results, in batch order
-    place_I = jnp.arange(batch, dtype=jnp.int32)  # the batch place of each stage row
+    place_b = jnp.arange(batch, dtype=jnp.int32)  # the batch place of each stage row
     for size in shrink:
         carry, steps = chunked_decode_loop(
             body_of(step_fn.of(sources)), carry, all_done, max_len=max_len,
             chunk_size=chunk_size, stop=lambda c, size=size: jnp.sum(~c.done_B) <= size,
             steps_done=steps)
-        kept = put_sources(kept, place_I, carry._replace(state=None))
+        kept = put_sources(kept, place_b, carry._replace(state=None))
         # The unfinished first, each group in batch order; the first `size` go on (all
         # the unfinished ones, unless max_len ended the stage: then every row is final).
-        go_on_I = jnp.argsort(carry.done_B, stable=True)[:size]
-        carry, sources, place_I = take_sources((carry, sources, place_I), go_on_I,
-                                               place_I.shape[0])
+        go_on_b = jnp.argsort(carry.done_B, stable=True)[:size]
+        carry, sources, place_b = take_sources((carry, sources, place_b), go_on_b,
+                                               place_b.shape[0])
     carry, steps = chunked_decode_loop(body_of(step_fn.of(sources)), carry, all_done,
                                        max_len=max_len, chunk_size=chunk_size,
                                        steps_done=steps)
-    return put_sources(kept, place_I, carry._replace(state=None)), steps
+    return put_sources(kept, place_b, carry._replace(state=None)), steps
 
 
-def take_sources(tree: PyTree, pick_I: jax.Array, batch: int) -> PyTree:
-    """The rows of sources ``pick_I`` (of ``batch``) from every leaf [batch*G, ...]."""
+def take_sources(tree: PyTree, pick_b: jax.Array, batch: int) -> PyTree:
+    """The rows of sources ``pick_b`` (of ``batch``) from every leaf [batch*G, ...]."""
     def take(x: jax.Array) -> jax.Array:
-        # [B*G, ...] -> [B, G, ...] -> [I, G, ...] -> [I*G, ...]
+        # [B*G, ...] -> [B, G, ...] -> [b, G, ...] -> [b*G, ...]
         x_BG = x.reshape((batch, x.shape[0] // batch) + x.shape[1:])
-        return jnp.take(x_BG, pick_I, axis=0).reshape((-1,) + x.shape[1:])
+        return jnp.take(x_BG, pick_b, axis=0).reshape((-1,) + x.shape[1:])
     return jax.tree.map(take, tree)
 
 
-def put_sources(whole: PyTree, place_I: jax.Array, part: PyTree) -> PyTree:
-    """``whole`` (leaves [B*G, ...]) with the rows of sources ``place_I`` set to ``part``'s
-    (leaves [I*G, ...], source i at place_I[i])."""
+def put_sources(whole: PyTree, place_b: jax.Array, part: PyTree) -> PyTree:
+    """``whole`` (leaves [B*G, ...]) with the rows of sources ``place_b`` set to ``part``'s
+    (leaves [b*G, ...], source i at place_b[i])."""
     def put(x: jax.Array, y: jax.Array) -> jax.Array:
-        batch, rows = x.shape[0] // (y.shape[0] // place_I.shape[0]), place_I.shape[0]
-        # [B*G, ...] -> [B, G, ...], rows of [I*G, ...] -> [I, G, ...]
+        batch, rows = x.shape[0] // (y.shape[0] // place_b.shape[0]), place_b.shape[0]
+        # [B*G, ...] -> [B, G, ...], rows of [b*G, ...] -> [b, G, ...]
         x_BG = x.reshape((batch, -1) + x.shape[1:])
-        y_IG = y.reshape((rows, -1) + y.shape[1:])
-        return x_BG.at[place_I].set(y_IG).reshape(x.shape)
+        y_bG = y.reshape((rows, -1) + y.shape[1:])
+        return x_BG.at[place_b].set(y_bG).reshape(x.shape)
     return jax.tree.map(put, whole, part)
