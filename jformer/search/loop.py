@@ -167,7 +167,8 @@ def chunked_decode_loop(body: Callable[[PyTree, jax.Array], PyTree], carry: PyTr
 
     ``steps_done`` (int32, may be traced; a multiple of chunk_size, or max_len): where
     an earlier call left off. ``stop`` (default ``all_done``) ends the chunks early, for
-    a later call to go on; the last steps still run once the chunks are used up.
+    a later call to go on (the last, shorter scan too); unless stopped, the last steps
+    run once the chunks are used up.
     Returns (carry, steps run in all, these and earlier ones).
     """
     stop = all_done if stop is None else stop
@@ -185,7 +186,8 @@ def chunked_decode_loop(body: Callable[[PyTree, jax.Array], PyTree], carry: PyTr
                                   (jnp.asarray(steps_done, jnp.int32), carry))
     if remainder:
         last = max_len - remainder
-        run = (steps == last) & ~all_done(carry)  # the chunks are used up, rows are not
+        # the chunks are used up, and neither are the rows nor was this call stopped
+        run = (steps == last) & ~all_done(carry) & ~stop(carry)
         carry = lax.cond(run, lambda c: run_steps(body, c, jnp.int32(last), remainder),
                          lambda c: c, carry)
         steps = steps + jnp.where(run, remainder, 0).astype(jnp.int32)

@@ -1,6 +1,7 @@
 """jformer.inference.batch_decode: a batch that drops its finished sources
 (SearchSpec.shrink_floor) gives the fixed batch's translations, on the stock and the
-CPU ops, greedy and beam, with early exits and max_len hits."""
+CPU ops, greedy and beam, with early exits and max_len hits. Slow: the default run checks
+the Translator's batches (tests/inference/test_translator.py)."""
 import dataclasses
 import functools
 
@@ -35,7 +36,8 @@ def sources(cfg, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("ops, spec", [
-    (CPU, SearchSpec("beam", 4, 20, chunk_size=4, eos_candidates="top_w")),
+    pytest.param(CPU, SearchSpec("beam", 4, 20, chunk_size=4, eos_candidates="top_w"),
+                 marks=pytest.mark.slow),
     pytest.param(CPU, SearchSpec("greedy", 1, 20, chunk_size=4), marks=pytest.mark.slow),
     pytest.param(STOCK, SearchSpec("beam", 4, 18, chunk_size=4, n_best=2),
                  marks=pytest.mark.slow),

@@ -62,8 +62,8 @@ SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize("method, kw, max_len, shrink", [
-    ("greedy", (), 11, (6, 3)),  # 11: a short last chunk; some rows hit max_len
-    ("beam", BEAM_TOP_W, 11, (6, 3)),
+    ("beam", BEAM_TOP_W, 11, (6, 3)),  # 11: a short last chunk; some rows hit max_len
+    pytest.param("greedy", (), 11, (6, 3), marks=SLOW),  # default: the test below
     pytest.param("beam", (), 11, (6, 3), marks=SLOW),
     pytest.param("greedy", (), 20, (12,), marks=SLOW),
     pytest.param("beam", (), 20, (4,), marks=SLOW),
@@ -80,22 +80,37 @@ def test_shrinking_gives_the_fixed_batch_results(method, kw, max_len, shrink):
         assert (np.asarray(fixed.lengths) == max_len).any()
 
 
+def stage_row_steps(finish_B, sizes, *, chunk_size, max_len):
+    """Rows stepped by a schedule of stage ``sizes``, given the step each row is done
+    after: between chunks the batch moves down to each next size that holds every
+    unfinished row."""
+    total, t, stage = 0, 0, 0
+    while t < max_len and (finish_B > t).any():
+        while stage + 1 < len(sizes) and (finish_B > t).sum() <= sizes[stage + 1]:
+            stage += 1
+        n = min(chunk_size, max_len - t)
+        total, t = total + sizes[stage] * n, t + n
+    return total
+
+
 def test_finished_sources_are_no_longer_stepped():
-    table = jnp.asarray(table_of(0, 20))
+    table, max_len = jnp.asarray(table_of(11, 20)), 11
     state = {"sum": jnp.zeros((B,), jnp.int32)}
-    counts = {}
+    rows, outs = {}, {}
     for shrink in ((), (6, 3)):
         calls = []
-        out = jax.jit(lambda t, s=shrink, c=calls: greedy_search(
-            source_step(t, c), state, batch_size=B, max_len=20, chunk_size=3, shrink=s,
-            **IDS))(table)
-        jax.block_until_ready(out)
-        counts[shrink] = (sum(calls), int(out.num_steps))
-    rows, steps = counts[()]
-    assert rows == B * steps  # the fixed batch steps every row to the last one's end
-    assert counts[(6, 3)][1] == steps and counts[(6, 3)][0] < rows
-    # After the first stage at most 6 rows, then 3, are stepped.
-    assert counts[(6, 3)][0] >= 3 * steps
+        outs[shrink] = jax.device_get(jax.jit(lambda t, s=shrink, c=calls: greedy_search(
+            source_step(t, c), state, batch_size=B, max_len=max_len, chunk_size=3,
+            shrink=s, **IDS))(table))
+        rows[shrink] = sum(calls)
+    fixed = outs[()]
+    for name, want in fixed._asdict().items():
+        np.testing.assert_array_equal(getattr(outs[(6, 3)], name), want, err_msg=name)
+    finish_B = np.where(fixed.finished, fixed.lengths, max_len)
+    assert max_len in finish_B and finish_B.min() <= 5
+    assert rows[()] == B * int(fixed.num_steps) == B * max_len
+    want = stage_row_steps(finish_B, (B, 6, 3), chunk_size=3, max_len=max_len)
+    assert rows[(6, 3)] == want < rows[()]
 
 
 def test_bad_shrinks_raise_value_error():
