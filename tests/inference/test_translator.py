@@ -303,7 +303,7 @@ def test_a_batch_stays_within_the_rows_the_prepared_weights_take(translator, mon
     assert STOCK.cache.rows_max(translator.prepared) is None
 
 
-@pytest.mark.slow  # a program of its own (about 25 s); the default run checks the
+@pytest.mark.slow  # compiles a program of its own; the default run checks the
 # search on toy tables (tests/search/test_shrink.py)
 def test_batches_drop_finished_sentences_and_translate_the_same(translator, monkeypatch):
     """The Translator's beam batches shrink as sentences finish (settings.SHRINK_FLOOR;
