@@ -45,6 +45,17 @@ class SearchSpec:
     prefix_bias: bool = False  # soft prefixes (prefix_beta), not forced ones
     constraint_count: int = 0  # lexical constraints (beam): phrases C per row (0: none)
     constraint_len: int = 0  # and their padded length L
+    # greedy, beam: drop finished sources, halving the batch down to this many (0: never;
+    # jformer.search.shrink). Not with sampling, prefixes or constraints (stage_sizes).
+    shrink_floor: int = 0
+
+    def stage_sizes(self, batch: int) -> tuple[int, ...]:
+        """The batch sizes a search of ``batch`` sources goes on with as they finish
+        (:func:`search.stage_sizes`): none for sampling, target prefixes and lexical
+        constraints, whose per-source keys, prefixes and phrases the search closes over."""
+        if self.method == "sample" or self.prefix_len or self.constraint_count:
+            return ()
+        return search.stage_sizes(batch, self.shrink_floor)
 
 
 def trace_count() -> int:
@@ -67,46 +78,59 @@ def banned_outputs(cfg: ModelConfig) -> Array:
 
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
                  valid_B: Array | None = None,
-                 prepared: PyTree | None = None) -> tuple[search.StepFn, PyTree]:
+                 prepared: PyTree | None = None) -> tuple[search.SourceStep, PyTree]:
     """The cached decoder step as a :mod:`jformer.search.loop` step function.
 
     Returns (step_fn, state). ``state`` is the cache's per-hypothesis part
-    (``DecodeCache.search_state``); cross-attention K/V and the source mask [B, ...] are
-    closed over, so ``step_fn`` takes any N = B*G rows (row b*G + g belongs to source b)
-    of a cache with N rows. A cache made for W hypotheses per source
-    (``init_decode_state(..., beam_size=W)``) takes N = B*W rows and goes to beam search
-    with ``reorder=model.ops.cache.reorder``.
+    (``DecodeCache.search_state``); ``step_fn`` is a :class:`search.SourceStep` whose
+    per-source inputs are the rest of the cache (cross-attention K/V and the source mask,
+    [B, ...]) and ``valid_B``, so a search may drop finished sources; it takes any
+    N = B*G rows (row b*G + g belongs to source b) of a cache with N rows. A cache made
+    for W hypotheses per source (``init_decode_state(..., beam_size=W)``) takes N = B*W
+    rows and goes to beam search with ``reorder=model.ops.cache.reorder``.
     PAD and BOS are never valid outputs, so their logits are set to NEG_INF before the
     softmax (a generated PAD would vanish from the text and be masked as padding by
     teacher forcing; a vocabulary without BOS, bos_id -1, bans PAD alone).
     Rows whose ``valid_B`` is False (batch padding) get logits that force EOS.
     ``prepared``: :func:`prepare` of the params (None: nothing prepared); each step runs
-    the model with the set ``model.ops.for_step(prepared, rows)``.
+    the model with the set ``model.ops.for_step(prepared, rows)``, rows those of all B
+    sources (a search over fewer of them keeps the whole batch's set, and its outputs).
     """
     cfg = model.cfg
     prepared = {} if prepared is None else prepared
     vocab_V = jnp.arange(cfg.vocab_size)
     banned_V = banned_outputs(cfg)
     forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
+    batch = cache.source_valid.shape[0]
+    # The cache without its per-hypothesis part: what each source's rows read.
+    shell = cache.with_search_state(jax.tree.map(lambda _: None, cache.search_state()))
 
-    def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
-        full = cache.with_search_state(state)
-        if full.rows != cache.source_valid.shape[0] and tokens_N.shape[0] != full.rows:
-            raise ValueError(
-                f"the cache holds {full.rows} rows for {cache.source_valid.shape[0]} "
-                f"sources; the search stepped {tokens_N.shape[0]}: init_decode_state's "
-                "beam_size must be the search's beam_size")
-        step_model = Transformer(cfg, model.ops.for_step(prepared, tokens_N.shape[0]))
-        logits_NV, new = step_model.apply({"params": params, **prepared}, tokens_N, step, full,
-                                          method=Transformer.decode_step)
-        logits_NV = jnp.where(banned_V, NEG_INF, logits_NV)
-        if valid_B is not None:
-            # [B] -> [N]: the G hypotheses of a source share its flag.
-            valid_N = jnp.repeat(valid_B, tokens_N.shape[0] // valid_B.shape[0])
-            logits_NV = jnp.where(valid_N[:, None], logits_NV, forced_eos_V)
-        return logits_NV, new.search_state()
+    def step_of(sources: tuple[DecodeCache, Array | None]) -> search.StepFn:
+        memory, valid_b = sources
+        sources_here = memory.source_valid.shape[0]
 
-    return step_fn, cache.search_state()
+        def step_fn(tokens_N: Array, step: Array, state: PyTree) -> tuple[Array, PyTree]:
+            full = memory.with_search_state(state)
+            rows = tokens_N.shape[0]
+            if full.rows != sources_here and rows != full.rows:
+                raise ValueError(
+                    f"the cache holds {full.rows} rows for {sources_here} "
+                    f"sources; the search stepped {rows}: init_decode_state's "
+                    "beam_size must be the search's beam_size")
+            step_ops = model.ops.for_step(prepared, rows * batch // sources_here)
+            logits_NV, new = Transformer(cfg, step_ops).apply(
+                {"params": params, **prepared}, tokens_N, step, full,
+                method=Transformer.decode_step)
+            logits_NV = jnp.where(banned_V, NEG_INF, logits_NV)
+            if valid_b is not None:
+                # [B] -> [N]: the G hypotheses of a source share its flag.
+                valid_N = jnp.repeat(valid_b, rows // sources_here)
+                logits_NV = jnp.where(valid_N[:, None], logits_NV, forced_eos_V)
+            return logits_NV, new.search_state()
+
+        return step_fn
+
+    return search.SourceStep(step_of, (shell, valid_B)), cache.search_state()
 
 
 def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
@@ -175,12 +199,14 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
         if spec.constraint_count:
             return search.constrained_beam_search(step_fn, state, constraints_BCL,
                                                   phrase_ends=phrase_ends_V, **beam_kw)
-        return search.beam_search(step_fn, state, **beam_kw)
+        return search.beam_search(step_fn, state, shrink=spec.stage_sizes(inputs_BS.shape[0]),
+                                  **beam_kw)
     if spec.method == "sample":
         out = search.sample(step_fn, state, rng, temperature=temperature,
                             top_k=spec.top_k, best_k=ops.top_k, **common)
     else:
-        out = search.greedy_search(step_fn, state, argmax=ops.argmax, **common)
+        out = search.greedy_search(step_fn, state, argmax=ops.argmax,
+                                   shrink=spec.stage_sizes(inputs_BS.shape[0]), **common)
     # [B, ...] -> [B, 1, ...]: one hypothesis per row, like a beam of width 1.
     return out._replace(tokens=out.tokens[:, None], scores=out.scores[:, None],
                         lengths=out.lengths[:, None], finished=out.finished[:, None])

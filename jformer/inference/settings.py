@@ -18,6 +18,9 @@ from jformer.config import DecodeConfig
 from jformer.inference.batch_decode import SearchSpec
 
 METHODS = ("beam", "greedy", "sample")
+# Greedy and beam batches drop finished sentences as they go, halving down to this many
+# (SearchSpec.shrink_floor; jformer.search.shrink): a batch of 32 runs 32, 16, then 8.
+SHRINK_FLOOR = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +91,12 @@ class SearchSettings:
         not read keep their defaults (fewer compiles)."""
         if self.method == "beam" and self.beam_size > 1:
             return SearchSpec("beam", self.beam_size, max_len, chunk_size=chunk_size,
-                              n_best=self.n_best, eos_candidates=eos_candidates)
+                              n_best=self.n_best, eos_candidates=eos_candidates,
+                              shrink_floor=SHRINK_FLOOR)
         if self.method == "sample":
             return SearchSpec("sample", 1, max_len, top_k=self.top_k, chunk_size=chunk_size)
-        return SearchSpec("greedy", 1, max_len, chunk_size=chunk_size)
+        return SearchSpec("greedy", 1, max_len, chunk_size=chunk_size,
+                          shrink_floor=SHRINK_FLOOR)
 
     def translate_kwargs(self) -> dict[str, Any]:
         """The ``Translator.translate`` arguments of these settings."""

@@ -9,6 +9,7 @@ from jformer.search.constrained import constrained_beam_search
 from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_knob,
                                  chunked_decode_loop, host_length_penalty, length_penalty)
 from jformer.search.prefix import Constraint, prefix_constraint
+from jformer.search.shrink import SourceStep, stage_sizes
 from jformer.search.sampling import (greedy_chooser, greedy_search, row_keys, sample,
                                      sample_chooser, token_init, token_result, token_step,
                                      typed_keys)
@@ -20,4 +21,4 @@ __all__ = ["Candidates", "Constraint", "DecodeResult", "Reorder", "StepFn", "arg
            "chunked_decode_loop", "constrained_beam_search", "gather_rows", "greedy_search",
            "host_length_penalty",
            "length_penalty", "prefix_constraint", "row_keys",
-           "sample", "top_extensions", "typed_keys"]
+           "sample", "SourceStep", "stage_sizes", "top_extensions", "typed_keys"]

@@ -37,8 +37,9 @@ from jax import lax
 
 from jformer.config import EOS_CANDIDATES
 from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
-                                 check_search_args, chunked_decode_loop, length_penalty)
+                                 check_search_args, length_penalty)
 from jformer.search.prefix import Constraint
+from jformer.search.shrink import check_shrink, staged_decode_loop
 from jformer.types import PyTree
 
 
@@ -194,7 +195,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                 reorder: Reorder | None = None, n_best: int = 1,
                 candidates: Candidates = top_extensions,
                 eos_candidates: str = "all",
-                constrain: Constraint | None = None) -> DecodeResult:
+                constrain: Constraint | None = None,
+                shrink: tuple[int, ...] = ()) -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
@@ -222,6 +224,9 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         EOS (module docstring).
       constrain: edits each step's log-probs, given the alive hypotheses' tokens
         (:mod:`jformer.search.prefix`); None: none.
+      shrink: the batch sizes the search goes on with as rows finish
+        (:mod:`jformer.search.shrink`; step_fn a ``SourceStep``, ``constrain`` None);
+        (): the whole batch to the end. The results are the same.
 
     Returns:
       DecodeResult, each row's hypotheses sorted best first (finished before unfinished):
@@ -235,17 +240,20 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                                  max_len=max_len, alpha=alpha, bos_id=bos_id, eos_id=eos_id,
                                  pad_id=pad_id, chunk_size=chunk_size, min_len=min_len,
                                  n_best=n_best, eos_candidates=eos_candidates)
+    check_shrink(shrink, batch_size, step_fn, constrain)
     init = beam_init(state, batch_size=batch_size, beam_size=beam_size, max_len=max_len,
                      bos_id=bos_id, pad_id=pad_id, tile=reorder is None)
 
-    def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
-        return _beam_step(c, step, step_fn, reorder or gather_rows, max_len=max_len,
-                          alpha=alpha, eos_id=eos_id, pad_id=pad_id, min_len=min_len,
-                          n_best=n_best, candidates=candidates,
-                          eos_candidates=eos_candidates, constrain=constrain)
+    def body_of(stage_step_fn: StepFn) -> Callable[[_BeamCarry, jax.Array], _BeamCarry]:
+        def body(c: _BeamCarry, step: jax.Array) -> _BeamCarry:
+            return _beam_step(c, step, stage_step_fn, reorder or gather_rows,
+                              max_len=max_len, alpha=alpha, eos_id=eos_id, pad_id=pad_id,
+                              min_len=min_len, n_best=n_best, candidates=candidates,
+                              eos_candidates=eos_candidates, constrain=constrain)
+        return body
 
-    out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
-                                         max_len=max_len, chunk_size=chunk_size)
+    out, num_steps = staged_decode_loop(body_of, init, step_fn, shrink=shrink,
+                                        max_len=max_len, chunk_size=chunk_size)
     return beam_result(out, num_steps, alpha=alpha, eos_id=eos_id, pad_id=pad_id)
 
 

@@ -20,7 +20,9 @@ the last ``max_len % chunk_size`` steps run in one more, shorter scan. That trac
 
 Once a row is done its outputs are frozen (masked), but its state keeps being stepped
 (with ``pad_id`` inputs here, frozen beams in beam search): masking a whole KV cache per
-step would cost more than the wasted compute. Lengths count the EOS token.
+step would cost more than the wasted compute. :mod:`jformer.search.shrink` instead runs
+the loop in stages of smaller batches, leaving done sources behind between chunks.
+Lengths count the EOS token.
 """
 from __future__ import annotations
 
@@ -154,33 +156,46 @@ def argmax(x_BV: jax.Array) -> jax.Array:
 
 def chunked_decode_loop(body: Callable[[PyTree, jax.Array], PyTree], carry: PyTree,
                         all_done: Callable[[PyTree], jax.Array], *, max_len: int,
-                        chunk_size: int) -> tuple[PyTree, jax.Array]:
+                        chunk_size: int, stop: Callable[[PyTree], jax.Array] | None = None,
+                        steps_done: jax.typing.ArrayLike = 0) -> tuple[PyTree, jax.Array]:
     """Runs ``carry = body(carry, step)`` for step = 0 .. max_len - 1 with early exit.
 
     A ``lax.while_loop`` over chunks, each a ``lax.scan`` of ``chunk_size`` steps, checks
     ``all_done(carry)`` (a bool scalar) between chunks; the ``max_len % chunk_size``
     remaining steps run in a final shorter scan, skipped by a ``lax.cond`` if all rows
-    are done. ``body`` must leave done rows unchanged. Returns (carry, steps run).
-    """
-    num_chunks, remainder = divmod(max_len, chunk_size)
+    are done. ``body`` must leave done rows unchanged.
 
-    def run_steps(carry: PyTree, start: jax.Array, length: int) -> PyTree:
-        steps = start + jnp.arange(length, dtype=jnp.int32)
-        return lax.scan(lambda c, step: (body(c, step), None), carry, steps)[0]
+    ``steps_done`` (int32, may be traced; a multiple of chunk_size, or max_len): where
+    an earlier call left off. ``stop`` (default ``all_done``) ends the chunks early, for
+    a later call to go on (the last, shorter scan too); unless stopped, the last steps
+    run once the chunks are used up.
+    Returns (carry, steps run in all, these and earlier ones).
+    """
+    stop = all_done if stop is None else stop
+    remainder = max_len % chunk_size
 
     def keep_going(loop: tuple[jax.Array, PyTree]) -> jax.Array:
-        chunk, carry = loop
-        return (chunk < num_chunks) & ~all_done(carry)
+        steps, carry = loop
+        return (steps + chunk_size <= max_len) & ~stop(carry)
 
     def run_chunk(loop: tuple[jax.Array, PyTree]) -> tuple[jax.Array, PyTree]:
-        chunk, carry = loop
-        return chunk + 1, run_steps(carry, chunk * chunk_size, chunk_size)
+        steps, carry = loop
+        return steps + chunk_size, run_steps(body, carry, steps, chunk_size)
 
-    chunk, carry = lax.while_loop(keep_going, run_chunk, (jnp.int32(0), carry))
-    num_steps = chunk * chunk_size
+    steps, carry = lax.while_loop(keep_going, run_chunk,
+                                  (jnp.asarray(steps_done, jnp.int32), carry))
     if remainder:
-        skip = all_done(carry)
-        start = jnp.int32(num_chunks * chunk_size)
-        carry = lax.cond(skip, lambda c: c, lambda c: run_steps(c, start, remainder), carry)
-        num_steps = num_steps + jnp.where(skip, 0, remainder).astype(jnp.int32)
-    return carry, num_steps
+        last = max_len - remainder
+        # the chunks are used up, and neither are the rows nor was this call stopped
+        run = (steps == last) & ~all_done(carry) & ~stop(carry)
+        carry = lax.cond(run, lambda c: run_steps(body, c, jnp.int32(last), remainder),
+                         lambda c: c, carry)
+        steps = steps + jnp.where(run, remainder, 0).astype(jnp.int32)
+    return carry, steps
+
+
+def run_steps(body: Callable[[PyTree, jax.Array], PyTree], carry: PyTree, start: jax.Array,
+              length: int) -> PyTree:
+    """``length`` steps from ``start`` as one ``lax.scan``."""
+    steps = start + jnp.arange(length, dtype=jnp.int32)
+    return lax.scan(lambda c, step: (body(c, step), None), carry, steps)[0]

@@ -13,8 +13,9 @@ import numpy as np
 from jax import lax
 
 from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_int,
-                                 check_knob, check_search_args, chunked_decode_loop, require)
+                                 check_knob, check_search_args, require)
 from jformer.search.prefix import Constraint
+from jformer.search.shrink import check_shrink, staged_decode_loop
 from jformer.types import PyTree
 
 
@@ -67,20 +68,25 @@ def token_result(c: _TokenCarry, num_steps: jax.Array, *, eos_id: int) -> Decode
 
 def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size: int,
                   max_len: int, bos_id: int, eos_id: int, pad_id: int, chunk_size: int,
-                  min_len: int, constrain: Constraint | None) -> DecodeResult:
-    """Shared loop of greedy search and sampling: one token per row per step."""
+                  min_len: int, constrain: Constraint | None,
+                  shrink: tuple[int, ...] = ()) -> DecodeResult:
+    """Shared loop of greedy search and sampling: one token per row per step; ``shrink``
+    (:mod:`jformer.search.shrink`) for a ``choose`` that reads no per-row input."""
     chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
                                    chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
                                    eos_id=eos_id, pad_id=pad_id)
+    check_shrink(shrink, batch_size, step_fn, constrain)
 
-    def body(c: _TokenCarry, step: jax.Array) -> _TokenCarry:
-        return token_step(c, step, step_fn, choose, eos_id=eos_id, pad_id=pad_id,
-                          min_len=min_len, constrain=constrain)
+    def body_of(stage_step_fn: StepFn) -> Callable[[_TokenCarry, jax.Array], _TokenCarry]:
+        def body(c: _TokenCarry, step: jax.Array) -> _TokenCarry:
+            return token_step(c, step, stage_step_fn, choose, eos_id=eos_id, pad_id=pad_id,
+                              min_len=min_len, constrain=constrain)
+        return body
 
     init = token_init(state, batch_size=batch_size, max_len=max_len, bos_id=bos_id,
                       pad_id=pad_id)
-    out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.done_B),
-                                         max_len=max_len, chunk_size=chunk_size)
+    out, num_steps = staged_decode_loop(body_of, init, step_fn, shrink=shrink,
+                                        max_len=max_len, chunk_size=chunk_size)
     return token_result(out, num_steps, eos_id=eos_id)
 
 
@@ -93,7 +99,8 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
                   bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
                   min_len: int = 0,
                   argmax: Callable[[jax.Array], jax.Array] = argmax,
-                  constrain: Constraint | None = None) -> DecodeResult:
+                  constrain: Constraint | None = None,
+                  shrink: tuple[int, ...] = ()) -> DecodeResult:
     """Greedy decoding: the most likely token at every step (ties: lowest id).
 
     Args:
@@ -105,6 +112,9 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
       min_len: EOS is forbidden before output position ``min_len``.
       argmax: logp [B, V] -> int32 [B], the best token (ties: lowest id).
       constrain: edits each step's log-probs (:mod:`jformer.search.prefix`); None: none.
+      shrink: the batch sizes the search goes on with as rows finish
+        (:mod:`jformer.search.shrink`; step_fn a ``SourceStep``, ``constrain`` None);
+        (): the whole batch to the end. The results are the same.
 
     Returns:
       DecodeResult with tokens [B, max_len], scores [B] (log-prob sums, no length
@@ -113,7 +123,7 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
     return _token_search(step_fn, state, greedy_chooser(argmax),
                          batch_size=batch_size, max_len=max_len, bos_id=bos_id,
                          eos_id=eos_id, pad_id=pad_id, chunk_size=chunk_size,
-                         min_len=min_len, constrain=constrain)
+                         min_len=min_len, constrain=constrain, shrink=shrink)
 
 
 def typed_keys(rng: jax.Array, batch_size: int) -> jax.Array:

@@ -1,9 +1,11 @@
 """jformer.inference.settings: defaults, checks, normalisation and the compiled spec."""
+import dataclasses
+
 import pytest
 
 from jformer.config import DecodeConfig
 from jformer.inference.batch_decode import SearchSpec
-from jformer.inference.settings import SearchSettings
+from jformer.inference.settings import SHRINK_FLOOR, SearchSettings
 
 CFG = DecodeConfig(beam_size=5, alpha=0.7, temperature=0.9, top_k=12)
 
@@ -27,17 +29,29 @@ def test_fields_a_method_ignores_are_fixed_so_equal_searches_compare_equal():
 def test_spec_and_penalty_per_method():
     beam = SearchSettings.of(CFG, n_best=2)
     assert beam.spec(40, 8, "top_w") == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
-                                                   eos_candidates="top_w")
+                                                   eos_candidates="top_w",
+                                                   shrink_floor=SHRINK_FLOOR)
     assert beam.penalty_alpha == 0.7
     # Beam 1 is greedy search, still scored with the length penalty.
     one = SearchSettings.of(CFG, beam_size=1)
-    assert one.spec(40, 8, "top_w") == SearchSpec("greedy", 1, 40, chunk_size=8)
+    assert one.spec(40, 8, "top_w") == SearchSpec("greedy", 1, 40, chunk_size=8,
+                                                      shrink_floor=SHRINK_FLOOR)
     assert one.penalty_alpha == 0.7
     sample = SearchSettings.of(CFG, method="sample")
     assert sample.spec(40, 8, "all") == SearchSpec("sample", 1, 40, top_k=12, chunk_size=8)
     assert sample.penalty_alpha == 0.0
     assert SearchSettings.of(CFG, method="greedy").spec(40, 4, "all") == SearchSpec(
-        "greedy", 1, 40, chunk_size=4)
+        "greedy", 1, 40, chunk_size=4, shrink_floor=SHRINK_FLOOR)
+
+
+def test_stages_halve_down_to_the_floor_for_greedy_and_beam_only():
+    beam = SearchSpec("beam", 4, 40, shrink_floor=8)
+    assert beam.stage_sizes(32) == (16, 8) and beam.stage_sizes(64) == (32, 16, 8)
+    assert beam.stage_sizes(15) == () and SearchSpec("beam", 4, 40).stage_sizes(32) == ()
+    assert SearchSpec("greedy", shrink_floor=3).stage_sizes(13) == (6, 3)
+    # Their per-source keys, prefixes and phrases are closed over: no stages.
+    for other in (dict(method="sample"), dict(prefix_len=5), dict(constraint_count=2)):
+        assert dataclasses.replace(beam, **other).stage_sizes(32) == ()
 
 
 @pytest.mark.parametrize("kwargs, message", [

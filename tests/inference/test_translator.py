@@ -303,6 +303,32 @@ def test_a_batch_stays_within_the_rows_the_prepared_weights_take(translator, mon
     assert STOCK.cache.rows_max(translator.prepared) is None
 
 
+@pytest.mark.slow  # compiles a program of its own; the default run checks the
+# search on toy tables (tests/search/test_shrink.py)
+def test_batches_drop_finished_sentences_and_translate_the_same(translator, monkeypatch):
+    """The Translator's beam batches shrink as sentences finish (settings.SHRINK_FLOOR;
+    here a batch of 4 goes on with 2): the same texts and ids as batches that keep every
+    row (the default floor keeps all 4), scores to float32 rounding. (Greedy: slow tests
+    in tests/inference/test_batch_decode.py.)"""
+    from jformer.inference import settings
+
+    sentences = SHORT[:2] + SHORT[3:]  # lengths vary; a padding row in the last batch
+    got, default = {}, settings.SHRINK_FLOOR
+    assert settings.SearchSpec(shrink_floor=default).stage_sizes(DECODE.batch_size) == ()
+    for floor in (2, default):
+        monkeypatch.setattr(settings, "SHRINK_FLOOR", floor)
+        before = set(batch_decode._TRACES)
+        got[floor] = translator.translate(sentences, beam_size=3, return_scores=True)
+        if floor == 2:  # the program compiled for the batch of 4 runs in stages
+            staged = [(shape, spec) for shape, spec in set(batch_decode._TRACES) - before
+                      if shape[0] == DECODE.batch_size]
+            assert len(staged) == 1 and staged[0][1].stage_sizes(DECODE.batch_size) == (2,)
+    assert [h.ids.tolist() for h in got[2]] == [h.ids.tolist() for h in got[default]]
+    np.testing.assert_allclose([h.score for h in got[2]], [h.score for h in got[default]],
+                               rtol=1e-5, atol=1e-5)
+    assert len({len(h.ids) for h in got[2]}) > 1  # sentences finish at different steps
+
+
 def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator):
     cfg = translator.model_cfg
     spec = SearchSettings("greedy").spec(24, translator.chunk_size, "all")  # bucket 16's
