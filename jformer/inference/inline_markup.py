@@ -8,8 +8,9 @@
 :func:`parse` strips the tags of one HTML fragment (a sentence within a block, as
 :func:`jformer.inference.markup.split` with ``inline=True`` cuts them) and keeps a tree:
 each tag pair with the source words it encloses (words: the text split at white space, as
-alignments count them), each void tag (``<br/>``, ``<img>``) and placeholder with the gap
-between words where it stood. Entities are decoded and runs of white space are one space.
+alignments count them; ``<br>`` parts words), each void tag (``<br/>``, ``<img>``) and
+placeholder with the gap between words where it stood. Entities are decoded and runs of
+white space are one space.
 
 :func:`render` puts the tree back into a translation, given the (source word, output
 word) pairs of its alignment (:mod:`.alignment`):
@@ -17,7 +18,8 @@ word) pairs of its alignment (:mod:`.alignment`):
 - a pair goes around the span from the first to the last output word aligned to one of
   its source words; a pair whose words align to nothing, a void tag and a placeholder go
   to the gap that follows the output words of the nearest aligned source word before
-  them (or precedes those of the nearest after, at the start); never dropped;
+  them (or precedes those of the nearest after, at the start; a placeholder glued to
+  the word after it goes before that word's first, where it can); never dropped;
 - nesting stays valid: a child's span is cut to fit its parent's, and siblings are laid
   out left to right by where they start, each cut to begin where the one before ended
   (one that is left with no word becomes an empty pair at that point);
@@ -88,9 +90,12 @@ def parse(fragment: str) -> Sentence:
             plain.append(token)
             size += len(token)
             continue
+        name, closing = tag_name(token), token.startswith("</")
+        if name == "br":  # a line break parts the words on either side
+            plain.append(" ")
+            size += 1
         node = Node(token, None, offset=size, end=size)
         nodes.append(node)
-        name, closing = tag_name(token), token.startswith("</")
         if kind == "placeholder" or name in VOID or token.endswith("/>"):
             stack[-1].children.append(node)
         elif closing:
@@ -187,12 +192,12 @@ def _target(node: Node, links: dict[int, list[int]]) -> tuple[int, int]:
     aligned = [j for i in range(node.first, node.last + 1) for j in links.get(i, ())]
     if aligned:
         return min(aligned), max(aligned) + 1
-    before = [i for i in links if i < node.first]
-    if before:
-        gap = max(links[max(before)]) + 1
-        return gap, gap
-    after = [i for i in links if i > node.last]
-    gap = min(links[min(after)]) if after else 0
+    left = [i for i in links if i < node.first]
+    right = [i for i in links if i > node.last]
+    after_left = [max(links[max(left)]) + 1] if left else []
+    before_right = [min(links[min(right)])] if right else []
+    gaps = before_right + after_left if node.glued else after_left + before_right
+    gap = (gaps + [0])[0]
     return gap, gap
 
 

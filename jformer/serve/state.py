@@ -153,6 +153,10 @@ async def translate(state: ServerState, translator: Translator, req: TranslateRe
     """The translations of ``req`` (one per text, as :func:`translation.assemble` gives
     them) and its sampling seed (None unless method "sample"), or the ApiError that
     refuses it (422 option, 413 limit, 503 queue, 504 timeout, 500 failed batch)."""
+    if req.format == "html":  # its sentences come back here as plain texts
+        from jformer.serve import html_texts
+
+        return await html_texts.translate(state, translator, req, arrived)
     settings, seed = translation.resolve_settings(req, translator, state.limits)
     texts = [req.q] if isinstance(req.q, str) else req.q
     plan = translation.plan(texts, translator, state.limits, single=isinstance(req.q, str))

@@ -1,0 +1,59 @@
+"""``format: "html"`` on /v1/translate (and LibreTranslate's /translate): each text is HTML.
+
+Its sentences (jformer.inference.html_format: block-level tags cut it, inline tags and
+placeholders stay with their sentence) are translated as the texts of one /v1 request,
+with their word alignments, through the same limits, batching and metrics; then each
+sentence's tags and placeholders are put back by its alignment and the text put
+together again. ``alignments``, ``target_prefix`` and ``constraints`` steer one plain
+sentence: with format "html" they are a 422 naming the field.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jformer.data.alignments import parse_moses
+from jformer.inference import Translator
+from jformer.inference.html_format import join, prepare
+from jformer.inference.results import Hypothesis
+from jformer.serve.errors import ApiError
+from jformer.serve.schemas import TranslateRequest
+from jformer.serve.text import TextError, check_text
+
+REFUSED = ("alignments", "target_prefix", "constraints")
+
+
+async def translate(state, translator: Translator, req: TranslateRequest,
+                    arrived: float) -> tuple[list, int | None]:
+    """What jformer.serve.state.translate answers for a request with format "html"."""
+    from jformer.serve.state import translate as translate_plain
+
+    for name in REFUSED:
+        if getattr(req, name) not in (None, False):
+            raise ApiError(422, f"{name}: not with format \"html\" (it steers one plain "
+                                f"sentence)", field=name)
+    single = isinstance(req.q, str)
+    texts = [req.q] if single else req.q
+    for t, text in enumerate(texts):
+        try:
+            check_text(text, "q" if single else f"q[{t}]", state.limits.max_chars)
+        except TextError as e:
+            raise ApiError(e.status, str(e), field=e.field) from None
+    pages = [prepare(text) for text in texts]
+    plain = [s.text for page in pages for s in page.sentences]
+    sub = req.model_copy(update=dict(q=plain, format="text", scores=True,
+                                     alignments=True))
+    results, seed = await translate_plain(state, translator, sub, arrived)
+    out, start = [], 0
+    for page in pages:
+        mine = results[start:start + len(page.sentences)]
+        start += len(page.sentences)
+        hyps = join(page, [[_hypothesis(h) for h in hyps] for hyps in mine], req.n_best)
+        answer = [{"text": h.text, "score": h.score, "finished": h.finished} for h in hyps]
+        out.append(answer if req.scores or req.n_best > 1 else answer[0]["text"])
+    return out, seed
+
+
+def _hypothesis(answer: dict) -> Hypothesis:
+    """A /v1 hypothesis ({text, score, finished, alignment}) as the Translator's."""
+    return Hypothesis(answer["text"], answer["score"], np.zeros(0, np.int32),
+                      answer["finished"], parse_moses(answer["alignment"]))
