@@ -172,15 +172,16 @@ def _place(node: Node, spans: list[tuple[int, int]]) -> None:
 def render(sentence: Sentence, translation: str,
            alignment: Iterable[tuple[int, int]]) -> str:
     """``translation`` (plain text) as HTML, with ``sentence``'s tags and placeholders
-    put back by ``alignment``'s (source word, output word) pairs (see the module doc)."""
+    put back by ``alignment``'s (source word, output word) pairs (see the module doc).
+    Pieces and words may disagree at the edges (a lone U+2581 piece is a word of no
+    text): an output index past the last word counts as the last, a source index past
+    the sentence's words is dropped."""
     gaps = re.split(r"(\S+)", translation)  # white space, word, white space, ... word, ws
     words = gaps[1::2]
     links: dict[int, list[int]] = {}
-    for i, j in alignment:
-        if not (0 <= i < sentence.words and 0 <= j < len(words)):
-            raise ValueError(f"alignment pair {i}-{j} is outside the {sentence.words} "
-                             f"source and {len(words)} output words")
-        links.setdefault(i, []).append(j)
+    for i, j in alignment:  # an output cut at max_len may end in a piece of no word
+        if 0 <= i < sentence.words and j >= 0 and words:
+            links.setdefault(i, []).append(min(j, len(words) - 1))
     events: list[tuple[str, str | int]] = []
     _render(sentence.root, 0, len(words), links, events)
     return _join(events, [html.escape(w, quote=False) for w in words], gaps[0::2])

@@ -5,8 +5,6 @@ tagged sentences, translations and alignments, the output is well-formed with th
 tags and the translation's text."""
 import random
 
-import pytest
-
 from jformer.inference.inline_markup import parse, render
 from tests.inference.markup_checks import check_markup, tagged
 
@@ -84,10 +82,10 @@ def test_tags_that_do_not_nest_are_carried_one_by_one():
     assert render(s, "Y X", [(1, 0), (0, 1)]) == "Y<i> X</b>"  # each by its neighbour
 
 
-def test_an_alignment_outside_the_words_is_an_error():
-    s = parse("<b>x</b> y")
-    with pytest.raises(ValueError, match="pair 2-0 is outside the 2 source and 1 output"):
-        render(s, "X", [(2, 0)])
+def test_alignment_indices_past_the_words_are_clipped_or_dropped():
+    s = parse("<b>x</b> y")  # output word 2 is "Y"'s; source word 2 does not exist
+    assert render(s, "Y X", [(1, 0), (0, 2), (2, 0)]) == "Y <b>X</b>"
+    assert render(s, "", [(0, 0)]) == "<b></b>"
 
 
 def test_random_tags_translations_and_alignments_give_well_formed_output():
