@@ -13,7 +13,8 @@ without its tags and placeholders, with its word alignment, and they are put bac
 the translation of the text the model read.
 
 A text's hypothesis k joins hypothesis k of each of its sentences: its score is the sum
-of theirs, finished when all are, its ids theirs concatenated.
+of theirs, finished when all are, its ids theirs concatenated. Sampling: sentence j of
+text i draws with ``fold_in(key_i, j)``, key_i the key text i would have as plain text.
 """
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ import dataclasses
 import re
 from typing import Any, Sequence
 
+import jax
 import numpy as np
 
 from jformer.inference import inline_markup, markup
 from jformer.inference.results import Hypothesis
+from jformer.search import row_keys
 
 FORMATS = ("text", "html")
 _BREAK = re.compile(r"(\r\n|\r|\n)")
@@ -111,6 +114,7 @@ def translate(translator, texts: Sequence[str], args: dict[str, Any]) -> list:
         raise ValueError("sentences must be a sequence of str")
     pages = [prepare(t) for t in texts]
     plain = [s.text for page in pages for s in page.sentences]
+    options["rng"] = _sentence_keys(options["rng"], pages)
     results = translator.translate(plain, n_best=n_best, return_alignments=True, **options)
     start, out = 0, []
     for page in pages:
@@ -120,3 +124,14 @@ def translate(translator, texts: Sequence[str], args: dict[str, Any]) -> list:
         hyps = hyps if return_scores else [h.text for h in hyps]
         out.append(hyps if n_best > 1 else hyps[0])
     return out
+
+
+def _sentence_keys(rng: Any, pages: list[HtmlText]) -> jax.Array | None:
+    """Sentence j of text i: ``fold_in(key_i, j)``, key_i text i's key of ``rng`` (one key
+    folded with i, or the texts' own keys); None when there is no sentence."""
+    owner = np.array([(i, j) for i, page in enumerate(pages)
+                      for j in range(len(page.sentences))], np.uint32).reshape(-1, 2)
+    if not len(owner):
+        return None
+    keys = row_keys(jax.random.key(0) if rng is None else rng, len(pages))
+    return jax.vmap(jax.random.fold_in)(keys[owner[:, 0]], owner[:, 1])

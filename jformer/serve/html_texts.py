@@ -1,10 +1,10 @@
 """``format: "html"`` on /v1/translate (and LibreTranslate's /translate): each text is HTML.
 
 Its sentences (jformer.inference.html_format: block-level tags cut it, inline tags and
-placeholders stay with their sentence) are translated as the texts of one /v1 request,
-with their word alignments, through the same limits, batching and metrics; then each
-sentence's tags and placeholders are put back by its alignment and the text put
-together again. ``alignments``, ``target_prefix`` and ``constraints`` steer one plain
+placeholders stay with their sentence) are translated as the texts of one plain /v1
+request (:func:`plain_request`), with their word alignments, through the same limits,
+batching and metrics (jformer.serve.state.translate); then each sentence's tags and
+placeholders are put back by its alignment and the text put together (:func:`assemble`). ``alignments``, ``target_prefix`` and ``constraints`` steer one plain
 sentence: with format "html" they are a 422 naming the field.
 """
 from __future__ import annotations
@@ -12,21 +12,21 @@ from __future__ import annotations
 import numpy as np
 
 from jformer.data.alignments import parse_moses
-from jformer.inference import Translator
-from jformer.inference.html_format import join, prepare
+from jformer.inference.html_format import HtmlText, join, prepare
 from jformer.inference.results import Hypothesis
 from jformer.serve.errors import ApiError
+from jformer.serve.limits import ServeLimits
 from jformer.serve.schemas import TranslateRequest
 from jformer.serve.text import TextError, check_text
 
 REFUSED = ("alignments", "target_prefix", "constraints")
 
 
-async def translate(state, translator: Translator, req: TranslateRequest,
-                    arrived: float) -> tuple[list, int | None]:
-    """What jformer.serve.state.translate answers for a request with format "html"."""
-    from jformer.serve.state import translate as translate_plain
-
+def plain_request(req: TranslateRequest, limits: ServeLimits
+                  ) -> tuple[list[HtmlText], TranslateRequest]:
+    """A format "html" request's texts cut into sentences, and the plain request of
+    those sentences (with scores and alignments); a 422 naming a field that steers plain
+    sentences, the 413 or 422 of a text jformer.serve.text refuses."""
     for name in REFUSED:
         if getattr(req, name) not in (None, False):
             raise ApiError(422, f"{name}: not with format \"html\" (it steers one plain "
@@ -35,14 +35,19 @@ async def translate(state, translator: Translator, req: TranslateRequest,
     texts = [req.q] if single else req.q
     for t, text in enumerate(texts):
         try:
-            check_text(text, "q" if single else f"q[{t}]", state.limits.max_chars)
+            check_text(text, "q" if single else f"q[{t}]", limits.max_chars)
         except TextError as e:
             raise ApiError(e.status, str(e), field=e.field) from None
     pages = [prepare(text) for text in texts]
     plain = [s.text for page in pages for s in page.sentences]
-    sub = req.model_copy(update=dict(q=plain, format="text", scores=True,
-                                     alignments=True))
-    results, seed = await translate_plain(state, translator, sub, arrived)
+    return pages, req.model_copy(update=dict(q=plain, format="text", scores=True,
+                                             alignments=True))
+
+
+def assemble(pages: list[HtmlText], results: list, req: TranslateRequest) -> list:
+    """The response's translations: per text, its sentences' answers (the plain
+    request's, {text, score, finished, alignment} each) filled into it; a string, or
+    with scores or n_best > 1, n_best hypotheses {text, score, finished}."""
     out, start = [], 0
     for page in pages:
         mine = results[start:start + len(page.sentences)]
@@ -50,7 +55,7 @@ async def translate(state, translator: Translator, req: TranslateRequest,
         hyps = join(page, [[_hypothesis(h) for h in hyps] for hyps in mine], req.n_best)
         answer = [{"text": h.text, "score": h.score, "finished": h.finished} for h in hyps]
         out.append(answer if req.scores or req.n_best > 1 else answer[0]["text"])
-    return out, seed
+    return out
 
 
 def _hypothesis(answer: dict) -> Hypothesis:

@@ -5,6 +5,8 @@ placeholders verbatim, and the text of the untagged translation with the same se
 import os
 import random
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from jformer.data import demo
@@ -98,3 +100,11 @@ def test_many_tagged_demo_sentences_and_n_best_lists(translator):
             for gh, wh in zip(*(([g], [w]) if "n_best" not in kwargs else (g, w))):
                 check_markup(source, gh.text, wh.text, ph)
                 assert gh.score == pytest.approx(wh.score)
+    # Sampling: sentence j of text i draws with fold_in(fold_in(rng, i), j).
+    rng = jax.random.key(3)
+    got = translator.translate(sources, format="html", method="sample", rng=rng)
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.fold_in(rng, i), 0))(
+        jnp.arange(len(sources), dtype=jnp.uint32))
+    want = translator.translate(plain, method="sample", rng=keys)
+    for source, g, w, ph in zip(sources, got, want, places):
+        check_markup(source, g, w, ph)
