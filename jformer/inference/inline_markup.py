@@ -29,7 +29,8 @@ word) pairs of its alignment (:mod:`.alignment`):
 Placeholders (PLACEHOLDER: ``{name}``, ``{0}``, ``%s``, ``%d``, ``%(name)s``, ``$VAR``,
 ``${VAR}``) are not shown to the model: they are cut out of its text and carried like void
 tags, so they come back verbatim whatever the model does with the words around them. One
-followed by a word char or punctuation is written glued to the next output word.
+written against the word after it is written against the next output word; after the
+last word it keeps the space before it, if it had one.
 
 Tags that do not nest in the source (``<b><i>x</b></i>``, a lone ``</b>``) are carried as
 void tags, each to its own point.
@@ -63,6 +64,7 @@ class Node:
     last: int = -1
     children: list["Node"] = dataclasses.field(default_factory=list)
     glued: bool = False  # a placeholder written against the word after it
+    spaced: bool = False  # a placeholder written after white space (or first)
     offset: int = 0  # where it starts in the stripped text (before white space is merged)
     end: int = 0
 
@@ -154,6 +156,7 @@ def _glue(node: Node, raw: str) -> None:
     for child in node.children:
         if child.close is None and not TAG.fullmatch(child.open):
             child.glued = child.offset < len(raw) and not raw[child.offset].isspace()
+            child.spaced = child.offset == 0 or raw[child.offset - 1].isspace()
         _glue(child, raw)
 
 
@@ -215,7 +218,7 @@ def _render(node: Node, lo: int, hi: int, links: dict[int, list[int]],
         end = min(max(end, start), hi)
         events.extend(("word", j) for j in range(pos, start))
         if child.close is None:
-            events.append(_void(child, start, hi == start and not child.glued))
+            events.append(_void(child, start, hi == start))
         else:
             events.append(("open", child.open))
             _render(child, start, end, links, events)
@@ -226,12 +229,13 @@ def _render(node: Node, lo: int, hi: int, links: dict[int, list[int]],
 
 def _void(node: Node, gap: int, last: bool) -> tuple[str, str]:
     """A void tag leans on the word before it; a placeholder on the word after it (with
-    a space between, unless glued), or, after the last word, on the word before it."""
+    a space between, unless glued), or, after the last word of its parent, on the word
+    before it (with a space between, if it had one)."""
     if TAG.fullmatch(node.open):
         return "left", node.open
     text = html.escape(node.open, quote=False)
     if last:
-        return "left", (" " if gap > 0 else "") + text
+        return "left", (" " if gap > 0 and node.spaced else "") + text
     return "right", text + ("" if node.glued else " ")
 
 

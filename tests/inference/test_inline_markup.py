@@ -72,6 +72,11 @@ def test_placeholders_come_back_verbatim_whatever_the_translation_does():
                  [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)])
     assert got == "Hallo {name}, Sie haben %d neue Nachrichten in ${DIR}"
     assert render(s, "", []) == "{name}%d${DIR}"  # no words: nothing to space them
+    s = parse("<b>Hello {name}</b> and bye %s!")  # last of its pair; glued, after a space
+    assert render(s, "Hallo und tschüss !", [(0, 0), (1, 1), (2, 2), (3, 3)]) == \
+        "<b>Hallo {name}</b> und tschüss %s!"
+    assert render(s, "Hallo und tschüss", [(0, 0), (1, 1), (2, 2)]) == \
+        "<b>Hallo {name}</b> und tschüss %s"
 
 
 def test_tags_that_do_not_nest_are_carried_one_by_one():
