@@ -82,10 +82,11 @@ def join(page: HtmlText, hyps: Sequence[Sequence[Hypothesis]], n_best: int
          ) -> list[Hypothesis]:
     """``n_best`` hypotheses of a page from its sentences' n-best lists: hypothesis k
     fills the page with hypothesis k of each sentence (text as HTML, scores summed,
-    finished when all are, ids concatenated)."""
+    finished when all are, ids concatenated); a sentence with fewer (an empty one has
+    one) gives its last."""
     out = []
     for k in range(n_best):
-        mine = [h[k] for h in hyps]
+        mine = [h[min(k, len(h) - 1)] for h in hyps]
         text = page.fill([(h.text, h.alignment or ()) for h in mine])
         ids = [h.ids for h in mine] or [np.zeros(0, np.int32)]
         out.append(Hypothesis(text, float(sum(h.score for h in mine)),

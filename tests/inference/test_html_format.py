@@ -2,6 +2,7 @@
 sentences with inline tags, and Translator.translate(format="html") on tagged demo
 sentences with the committed legacy workdir: well-formed output with the same tags,
 placeholders verbatim, and the text of the untagged translation with the same search."""
+import html
 import os
 import random
 
@@ -100,6 +101,11 @@ def test_many_tagged_demo_sentences_and_n_best_lists(translator):
             for gh, wh in zip(*(([g], [w]) if "n_best" not in kwargs else (g, w))):
                 check_markup(source, gh.text, wh.text, ph)
                 assert gh.score == pytest.approx(wh.score)
+    # A sentence of no text (one hypothesis) beside one with n-best hypotheses.
+    got = translator.translate([f"<p><b>{{n}}</b></p><p>{html.escape(plain[0])}</p>"],
+                               format="html", beam_size=4, n_best=3)[0]
+    want = translator.translate(plain[:1], beam_size=4, n_best=3)[0]
+    assert got == [f"<p><b>{{n}}</b></p><p>{html.escape(w, quote=False)}</p>" for w in want]
     # Sampling: sentence j of text i draws with fold_in(fold_in(rng, i), j).
     rng = jax.random.key(3)
     got = translator.translate(sources, format="html", method="sample", rng=rng)
