@@ -115,6 +115,9 @@ def translate(translator, texts: Sequence[str], args: dict[str, Any]) -> list:
         raise ValueError("sentences must be a sequence of str")
     pages = [prepare(t) for t in texts]
     plain = [s.text for page in pages for s in page.sentences]
+    too_long = overlong(translator, pages)
+    if too_long is not None:
+        raise ValueError(f"sentences[{too_long[0]}]: {too_long[1]}")
     options["rng"] = _sentence_keys(options["rng"], pages)
     results = translator.translate(plain, n_best=n_best, return_alignments=True, **options)
     start, out = 0, []
@@ -125,6 +128,21 @@ def translate(translator, texts: Sequence[str], args: dict[str, Any]) -> list:
         hyps = hyps if return_scores else [h.text for h in hyps]
         out.append(hyps if n_best > 1 else hyps[0])
     return out
+
+
+def overlong(translator, pages: list[HtmlText]) -> tuple[int, str] | None:
+    """(text index, what is wrong) for the first text with a sentence over
+    model.max_len tokens (its alignment reads a source whole, so it cannot be split),
+    or None."""
+    limit = translator.model_cfg.max_len
+    owner = [i for i, page in enumerate(pages) for _ in page.sentences]
+    plain = [s.text for page in pages for s in page.sentences]
+    for i, ids in zip(owner, translator.tokenizer.encode(plain, add_eos=True,
+                                                         num_threads=1)):
+        if len(ids) > limit:
+            return i, (f"a sentence of {len(ids)} tokens (EOS included), more than "
+                       f"model.max_len={limit}; format 'html' aligns each sentence whole")
+    return None
 
 
 def _sentence_keys(rng: Any, pages: list[HtmlText]) -> jax.Array | None:

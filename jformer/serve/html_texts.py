@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from jformer.data.alignments import parse_moses
-from jformer.inference.html_format import HtmlText, join, prepare
+from jformer.inference import Translator
+from jformer.inference.html_format import HtmlText, join, overlong, prepare
 from jformer.inference.results import Hypothesis
 from jformer.serve.errors import ApiError
 from jformer.serve.limits import ServeLimits
@@ -22,11 +23,12 @@ from jformer.serve.text import TextError, check_text
 REFUSED = ("alignments", "target_prefix", "constraints")
 
 
-def plain_request(req: TranslateRequest, limits: ServeLimits
+def plain_request(req: TranslateRequest, translator: Translator, limits: ServeLimits
                   ) -> tuple[list[HtmlText], TranslateRequest]:
     """A format "html" request's texts cut into sentences, and the plain request of
     those sentences (with scores and alignments); a 422 naming a field that steers plain
-    sentences, the 413 or 422 of a text jformer.serve.text refuses."""
+    sentences, the 413 or 422 of a text jformer.serve.text refuses, a 413 for a
+    sentence longer than the model takes."""
     for name in REFUSED:
         if getattr(req, name) not in (None, False):
             raise ApiError(422, f"{name}: not with format \"html\" (it steers one plain "
@@ -39,6 +41,10 @@ def plain_request(req: TranslateRequest, limits: ServeLimits
         except TextError as e:
             raise ApiError(e.status, str(e), field=e.field) from None
     pages = [prepare(text) for text in texts]
+    too_long = overlong(translator, pages)
+    if too_long is not None:
+        name = "q" if single else f"q[{too_long[0]}]"
+        raise ApiError(413, f"{name}: {too_long[1]}", field=name)
     plain = [s.text for page in pages for s in page.sentences]
     return pages, req.model_copy(update=dict(q=plain, format="text", scores=True,
                                              alignments=True))

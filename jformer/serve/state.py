@@ -154,7 +154,7 @@ async def translate(state: ServerState, translator: Translator, req: TranslateRe
     them) and its sampling seed (None unless method "sample"), or the ApiError that
     refuses it (422 option, 413 limit, 503 queue, 504 timeout, 500 failed batch)."""
     if req.format == "html":  # its sentences as plain texts, then put back together
-        pages, plain = html_texts.plain_request(req, state.limits)
+        pages, plain = html_texts.plain_request(req, translator, state.limits)
         results, seed = await translate(state, translator, plain, arrived)
         return html_texts.assemble(pages, results, req), seed
     settings, seed = translation.resolve_settings(req, translator, state.limits)

@@ -89,6 +89,10 @@ def test_steering_of_plain_sentences_is_refused_with_html(translator):
             translator.translate(["<b>Five.</b>"], format="html", **{name: value})
     with pytest.raises(ValueError, match="format must be one of"):
         translator.translate(["Five."], format="HTML")
+    long = " ".join(["five"] * translator.model_cfg.max_len)
+    with pytest.raises(ValueError, match=r"sentences\[1\]: a sentence of \d+ tokens .*"
+                                         "format 'html' aligns each sentence whole"):
+        translator.translate(["<b>Five.</b>", f"<p>Five.</p><p>{long}</p>"], format="html")
 
 
 @pytest.mark.slow  # more sentences, n-best lists and greedy: ~40 s on 2 busy cores

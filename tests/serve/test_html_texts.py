@@ -43,4 +43,7 @@ def test_bad_format_and_steering_with_html_are_422s_naming_the_field(client):
                          ("constraints", ["Zahl"])):
         assert_error(post(client, {"q": "<b>Five.</b>", "format": "html", field: value}),
                      422, "invalid_request", field, "not with format")
+    long = " ".join(["five"] * 20)  # 99 characters, 81 tokens: over max_len 64
+    assert_error(post(client, {"q": ["Five.", f"<p>{long}</p>"], "format": "html"}), 413,
+                 "too_large", "q[1]", "aligns each sentence whole")
     assert post(client, {"q": "Five.", "format": "text"}).status_code == 200
