@@ -4,7 +4,8 @@ Its sentences (jformer.inference.html_format: block-level tags cut it, inline ta
 placeholders stay with their sentence) are translated as the texts of one plain /v1
 request (:func:`plain_request`), with their word alignments, through the same limits,
 batching and metrics (jformer.serve.state.translate); then each sentence's tags and
-placeholders are put back by its alignment and the text put together (:func:`assemble`). ``alignments``, ``target_prefix`` and ``constraints`` steer one plain
+placeholders are put back by its alignment and the text put together (:func:`assemble`).
+With method "sample", line i of ``seed``'s numbering is sentence i, counted over all texts. ``alignments``, ``target_prefix`` and ``constraints`` steer one plain
 sentence: with format "html" they are a 422 naming the field.
 """
 from __future__ import annotations
