@@ -51,6 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--glossary", default=None, metavar="FILE",
                    help="'source<TAB>target' terms: where a line contains a source term "
                         "(whole words, any case), its target term becomes a constraint")
+    p.add_argument("--format", choices=("text", "html"), default="text",
+                   help="html: each line is HTML; its text is translated and its inline "
+                        "tags and placeholders ({name}, %%s, ...) put back around the words "
+                        "they enclosed, by word alignment")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -59,6 +63,16 @@ def run(args: argparse.Namespace) -> None:
         raise ValueError(f"--chunk-lines must be >= 1; got {args.chunk_lines}")
     from jformer.cli.textio import line_batches
 
+    kwargs = search_kwargs(args)
+    if args.format == "html":
+        given = [flag for flag, value in (("--alignments", args.alignments),
+                                          ("--target-prefix", args.target_prefix),
+                                          ("--constraints", args.constraints),
+                                          ("--glossary", args.glossary)) if value]
+        if given:
+            raise ValueError(f"--format html does not go with {', '.join(given)} (they "
+                             f"steer plain sentences)")
+        kwargs["format"] = "html"
     translator = load_translator(args)
     with contextlib.ExitStack() as stack:  # releases what was opened, even on errors
         # Bytes, decoded line by line (jformer.cli.textio): stdin is never wrapped or closed.
@@ -67,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
         stack.callback(_release, out, sys.stdout)
         name = "stdin" if args.input == "-" else args.input
         translate_stream(translator, line_batches(src, name, args.chunk_lines), out,
-                          search_kwargs(args), args.quiet, name, args.n_best,
+                          kwargs, args.quiet, name, args.n_best,
                           prefix_lines(args), constraint_lines(args), args.alignments)
 
 

@@ -28,7 +28,7 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, prepare)
 from jformer.inference import compile_cache as xla_cache
-from jformer.inference import alignment, forced, memory, prefixes
+from jformer.inference import alignment, forced, html_format, memory, prefixes
 from jformer.inference.constraints import (batch_constraints, encode_constraints,
                                            for_sources, phrase_ends)
 from jformer.inference.buckets import output_len, padded_rows, plan_batches, source_buckets
@@ -181,7 +181,8 @@ class Translator:
                   target_prefix: Sequence[str | None] | None = None,
                   prefix_bias_beta: float | None = None,
                   return_alignments: bool = False,
-                  constraints: Sequence[Sequence[str] | None] | None = None) -> list:
+                  constraints: Sequence[Sequence[str] | None] | None = None,
+                  format: str = "text") -> list:
         """Translates ``sentences``; results come back in input order.
 
         Args:
@@ -215,6 +216,9 @@ class Translator:
             pairs (source, output) of its cross-attention (:mod:`.alignment`).
           constraints: per sentence, None or target phrases its translation must contain
             (beam search only; :mod:`.constraints` says the limits and errors).
+          format: "text", or "html": each sentence is HTML, its inline tags and
+            placeholders put back around their words by word alignment
+            (:mod:`.html_format`; not with target_prefix, constraints, alignments).
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
           (an empty input gives a one-element list).
@@ -229,6 +233,8 @@ class Translator:
         ``fold_in(key_i, j)``. "truncate" keeps the first model.max_len tokens with an
         :class:`OverlongWarning`; "error" raises :class:`OverlongError`.
         """
+        if html_format.check_format(format):  # this method's arguments, by name
+            return html_format.translate(self, sentences, locals())
         settings = SearchSettings.of(self.decode_cfg, method=method, beam_size=beam_size,
                                      alpha=alpha, n_best=n_best, max_len=max_len,
                                      temperature=temperature, top_k=top_k)

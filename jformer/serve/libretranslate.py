@@ -20,8 +20,9 @@ Translations take jformer's one path (jformer.serve.state.translate): the limits
 batching and metrics of /v1/translate, the model's default search. ``alternatives: n``
 asks the beam for n + 1 hypotheses (a beam narrower than n + 1 is widened to n + 1) and
 returns the other n, less duplicates and copies of translatedText, as LibreTranslate
-does. ``format: "html"`` translates the text between tags (jformer.serve.markup);
-alternatives are [] then, as in LibreTranslate.
+does. ``format: "html"`` is /v1's (jformer.serve.html_texts): the text is translated a
+sentence at a time, its inline tags put back by word alignment; alternatives are [] then,
+as in LibreTranslate.
 
 The server reads one language, so it detects none: source "auto" means the model's
 source, and /detect answers it for any text; both say confidence 0.0 (not detected).
@@ -40,7 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from jformer.data.languages import name
-from jformer.serve import errors, markup
+from jformer.serve import errors
 from jformer.serve.api_keys import ApiKeys
 from jformer.serve.errors import ApiError
 from jformer.serve.languages import LanguagePair
@@ -116,17 +117,11 @@ async def translate(request: Request) -> dict[str, Any]:
     check_key(state.api_keys, fields)
     ask = parse(fields, pair, state.limits)
     n_best = 1 if ask.html else ask.alternatives + 1
-    texts, pages = ask.texts, None
-    if ask.html:
-        pages = [markup.split(text) for text in ask.texts]
-        texts = [segment for page in pages for segment in page.segments]
-    q = texts[0] if ask.single and not ask.html else texts
-    req = TranslateRequest(q=q, n_best=n_best,
-                           beam_size=max(translator.decode_cfg.beam_size, n_best))
+    req = TranslateRequest(q=ask.texts[0] if ask.single else ask.texts, n_best=n_best,
+                           beam_size=max(translator.decode_cfg.beam_size, n_best),
+                           format="html" if ask.html else "text")
     translations, _ = await translate_texts(state, translator, req, arrived)
-    if pages is not None:
-        out, alternatives = _fill(pages, translations), [[] for _ in pages]
-    elif n_best == 1:
+    if n_best == 1:
         out, alternatives = translations, [[] for _ in translations]
     else:
         out = [hyps[0]["text"] for hyps in translations]
@@ -285,11 +280,3 @@ def others(n_best: list[str]) -> list[str]:
     seen = {n_best[0], ""}
     return [t for t in n_best[1:] if not (t in seen or seen.add(t))]
 
-
-def _fill(pages: list[markup.Markup], translations: list[str]) -> list[str]:
-    """Each page with its segments' translations (taken in order from ``translations``)."""
-    out, start = [], 0
-    for page in pages:
-        out.append(page.fill(translations[start:start + len(page.segments)]))
-        start += len(page.segments)
-    return out

@@ -53,6 +53,11 @@ class TranslateRequest(_Strict):
         None, description="per text (a list of strings when q is one): target phrases its "
                           "translation must contain (method beam; a text of one line; at "
                           "most 8 phrases of 16 tokens each)")
+    format: Literal["text", "html"] = Field(
+        "text", description="html: each text is HTML; its text is translated a sentence at "
+        "a time and its inline tags and placeholders ({name}, %s, ...) are put back around "
+        "the words they enclosed, by word alignment (not with alignments, target_prefix or "
+        "constraints)")
 
 
 class ScoreRequest(_Strict):

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from jformer.inference import Translator
-from jformer.serve import translation
+from jformer.serve import html_texts, translation
 from jformer.serve.api_keys import ApiKeys
 from jformer.serve.batcher import Batcher, PendingRequest, QueueFull, Stopped
 from jformer.serve.constraints import line_constraints
@@ -153,6 +153,10 @@ async def translate(state: ServerState, translator: Translator, req: TranslateRe
     """The translations of ``req`` (one per text, as :func:`translation.assemble` gives
     them) and its sampling seed (None unless method "sample"), or the ApiError that
     refuses it (422 option, 413 limit, 503 queue, 504 timeout, 500 failed batch)."""
+    if req.format == "html":  # its sentences as plain texts, then put back together
+        pages, plain = html_texts.plain_request(req, translator, state.limits)
+        results, seed = await translate(state, translator, plain, arrived)
+        return html_texts.assemble(pages, results, req), seed
     settings, seed = translation.resolve_settings(req, translator, state.limits)
     texts = [req.q] if isinstance(req.q, str) else req.q
     plan = translation.plan(texts, translator, state.limits, single=isinstance(req.q, str))

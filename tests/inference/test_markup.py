@@ -1,7 +1,7 @@
 """format "html": segments between tags are translated, tags and attributes stay."""
 import pytest
 
-from jformer.serve import markup
+from jformer.inference import markup
 
 
 def shout(text):
