@@ -28,7 +28,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 CONFIG_FILENAME = "config.json"
 SPM_FILENAME = "spm.model"
@@ -174,6 +174,16 @@ def read_evaluations(workdir: str | os.PathLike) -> list[dict]:
     path = os.path.join(os.fspath(workdir), EVALUATIONS_FILENAME)
     if not os.path.isfile(path):
         return []
+    return [row for _, row in jsonl_rows(path)]
+
+
+def jsonl_rows(path: str, what: str = "a JSON object",
+               check: Callable[[dict], Any] | None = None) -> list[tuple[int, dict]]:
+    """(line number, row) for each non-blank line of a JSON-lines file, in file order.
+
+    A line that is not a JSON object, or whose row ``check`` rejects (by raising
+    ValueError, KeyError or TypeError), is a ValueError naming the file, the line and
+    ``what`` it should be, with the start of the line."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -181,9 +191,11 @@ def read_evaluations(workdir: str | os.PathLike) -> list[dict]:
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not JSON ({e})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object; got {line[:80]!r}")
-            rows.append(row)
+                if not isinstance(row, dict):
+                    raise TypeError(f"a JSON {type(row).__name__}, not an object")
+                if check is not None:
+                    check(row)
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{number}: not {what} ({e}): {line[:80]!r}") from None
+            rows.append((number, row))
     return rows

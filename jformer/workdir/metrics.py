@@ -7,13 +7,12 @@ run (its earlier validations, for ``train.keep_best`` and ``train.early_stop_eva
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Mapping
 
 from jformer.config.train import SELECTION_METRICS
-from jformer.workdir.files import METRICS_FILENAME
+from jformer.workdir.files import METRICS_FILENAME, jsonl_rows
 
 EVAL_KINDS = ("eval", "final")  # periodic validation, and the one after the last step
 METRIC_NAMES = {"bleu": "BLEU", "loss": "loss"}  # as messages name them
@@ -32,27 +31,23 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict]:
         raise FileNotFoundError(f"no {METRICS_FILENAME} in {os.fspath(workdir)} (written by "
                                 "train.py)")
     rows, offset, last_time = [], 0.0, 0.0
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                step, time_s = int(row["step"]), float(row["time_s"])
-                for key, value in row.items():
-                    if key != "kind" and (isinstance(value, bool)
-                                          or not isinstance(value, (int, float))):
-                        raise ValueError(f"field {key!r} must be a number; got {value!r}")
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise ValueError(f"{path}:{number}: not a metrics row ({e}): "
-                                 f"{line[:80]!r}") from None
-            if time_s + offset < last_time:  # a resumed invocation
-                offset = last_time
-                rows = [r for r in rows if r["step"] < step]  # redone steps
-            row["step"], row["time_s"] = step, time_s + offset
-            last_time = row["time_s"]
-            rows.append(row)
+    for _, row in jsonl_rows(path, "a metrics row", _check_row):
+        step, time_s = int(row["step"]), float(row["time_s"])
+        if time_s + offset < last_time:  # a resumed invocation
+            offset = last_time
+            rows = [r for r in rows if r["step"] < step]  # redone steps
+        row["step"], row["time_s"] = step, time_s + offset
+        last_time = row["time_s"]
+        rows.append(row)
     return rows
+
+
+def _check_row(row: dict) -> None:
+    """A metrics row has an int step, a time and only numbers besides its kind."""
+    int(row["step"]), float(row["time_s"])
+    for key, value in row.items():
+        if key != "kind" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"field {key!r} must be a number; got {value!r}")
 
 
 def validation_scores(rows: list[dict], metric: str, where: str) -> dict[int, float]:

@@ -7,19 +7,11 @@ import pytest
 
 from jformer.inference import paper_bleu
 from tests.cli.test_cli import PAIRS, run_cli
-from tests.inference.test_translator import tiny_workdir
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tiny_workdir(tmp_path_factory.mktemp("paper_bleu"))
 
 
 @pytest.fixture
-def test_set(tmp_path):
-    (tmp_path / "test.en").write_text("".join(en + "\n" for en, _ in PAIRS))
-    (tmp_path / "test.de").write_text("".join(de + "\n" for _, de in PAIRS))
-    return ["--src", tmp_path / "test.en", "--ref", tmp_path / "test.de", "--quiet"]
+def test_set(pair_files):
+    return ["--src", pair_files[0], "--ref", pair_files[1], "--quiet"]
 
 
 class StandInMoses:
@@ -34,12 +26,12 @@ class StandInMoses:
         return line.replace(".", " .")
 
 
-def test_paper_bleu_follows_the_sacrebleu_lines(workdir, test_set, tmp_path, capsys,
+def test_paper_bleu_follows_the_sacrebleu_lines(tiny_run, test_set, tmp_path, capsys,
                                                 monkeypatch):
     monkeypatch.setitem(sys.modules, "sacremoses",
                         types.SimpleNamespace(MosesTokenizer=StandInMoses))
     hyp = tmp_path / "hyp.de"
-    status, out, err = run_cli(["evaluate", "--workdir", workdir, *test_set, "--hyp-out", hyp,
+    status, out, err = run_cli(["evaluate", "--workdir", tiny_run, *test_set, "--hyp-out", hyp,
                                 "--paper-bleu"], capsys)
     assert status == 0, err
     lines = out.strip().split("\n")
@@ -53,10 +45,10 @@ def test_paper_bleu_follows_the_sacrebleu_lines(workdir, test_set, tmp_path, cap
     assert StandInMoses.langs == ["de"]  # the run's data.tgt_lang
 
 
-def test_without_sacremoses_it_is_one_line_naming_the_extra(workdir, test_set, capsys,
+def test_without_sacremoses_it_is_one_line_naming_the_extra(tiny_run, test_set, capsys,
                                                             monkeypatch):
     monkeypatch.setitem(sys.modules, "sacremoses", None)  # `import sacremoses` fails
-    status, out, err = run_cli(["evaluate", "--workdir", workdir, *test_set, "--paper-bleu"],
+    status, out, err = run_cli(["evaluate", "--workdir", tiny_run, *test_set, "--paper-bleu"],
                                capsys)
     assert status != 0 and out == ""
     assert err.strip().splitlines() == [

@@ -11,28 +11,20 @@ pytestmark = pytest.mark.slow
 
 from jformer.inference.translator import Translator
 from tests.cli.test_cli import PAIRS, run_cli
-from tests.inference.test_translator import tiny_workdir
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tiny_workdir(tmp_path_factory.mktemp("score"))
 
 
 @pytest.fixture
-def pairs(tmp_path):
-    (tmp_path / "test.en").write_text("".join(en + "\n" for en, _ in PAIRS))
-    (tmp_path / "test.de").write_text("".join(de + "\n" for _, de in PAIRS))
-    return ["--src", tmp_path / "test.en", "--tgt", tmp_path / "test.de"]
+def pairs(pair_files):
+    return ["--src", pair_files[0], "--tgt", pair_files[1]]
 
 
-def test_a_line_per_pair_equal_to_the_api(workdir, pairs, capsys):
-    status, out, err = run_cli(["score", "--workdir", workdir, *pairs, "--alpha", "0.6"],
+def test_a_line_per_pair_equal_to_the_api(tiny_run, pairs, capsys):
+    status, out, err = run_cli(["score", "--workdir", tiny_run, *pairs, "--alpha", "0.6"],
                                capsys)
     assert status == 0, err
     lines = out.rstrip("\n").split("\n")
     assert len(lines) == len(PAIRS)
-    want = Translator.from_checkpoint(workdir).score([en for en, _ in PAIRS],
+    want = Translator.from_checkpoint(tiny_run).score([en for en, _ in PAIRS],
                                                      [de for _, de in PAIRS], alpha=0.6)
     for line, w in zip(lines, want):
         score, total, mean, tokens = line.split("\t")
@@ -42,8 +34,8 @@ def test_a_line_per_pair_equal_to_the_api(workdir, pairs, capsys):
         np.testing.assert_allclose([float(x) for x in tokens.split()], w.log_probs, atol=1e-4)
 
 
-def test_jsonl_names_the_pieces(workdir, pairs, capsys):
-    status, out, err = run_cli(["score", "--workdir", workdir, *pairs, "--jsonl"], capsys)
+def test_jsonl_names_the_pieces(tiny_run, pairs, capsys):
+    status, out, err = run_cli(["score", "--workdir", tiny_run, *pairs, "--jsonl"], capsys)
     assert status == 0, err
     first = json.loads(out.split("\n")[0])
     assert first["pieces"][-1] == "</s>"
@@ -51,13 +43,13 @@ def test_jsonl_names_the_pieces(workdir, pairs, capsys):
     assert first["log_prob"] == pytest.approx(sum(first["token_log_probs"]), abs=1e-4)
 
 
-def test_bad_files_are_one_line_naming_file_and_line(workdir, pairs, tmp_path, capsys):
+def test_bad_files_are_one_line_naming_file_and_line(tiny_run, pairs, tmp_path, capsys):
     tgt = tmp_path / "long.de"
     tgt.write_text("Ja.\n" + "sieben " * 60 + "\n" + "Nein.\n" * (len(PAIRS) - 2))
-    status, _, err = run_cli(["score", "--workdir", workdir, *pairs[:2], "--tgt", tgt], capsys)
+    status, _, err = run_cli(["score", "--workdir", tiny_run, *pairs[:2], "--tgt", tgt], capsys)
     assert status == 1
     assert f"{tgt} line 2: has" in err and "model.max_len=40" in err
     short = tmp_path / "short.de"
     short.write_text("Ja.\n")
-    status, _, err = run_cli(["score", "--workdir", workdir, *pairs[:2], "--tgt", short], capsys)
+    status, _, err = run_cli(["score", "--workdir", tiny_run, *pairs[:2], "--tgt", short], capsys)
     assert status == 1 and f"has {len(PAIRS)} lines but --tgt {short} has 1" in err

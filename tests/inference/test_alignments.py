@@ -11,16 +11,9 @@ from jformer.config import DecodeConfig
 from jformer.data.alignments import word_index
 from jformer.inference import alignment
 from jformer.inference.attention_maps import attention_weights
-from jformer.inference.translator import Translator
-from tests.inference.test_translator import CHUNK, DECODE, SHORT, build_setup
+from tests.inference.test_translator import DECODE, SHORT
 
 SENTENCES = [s for s in SHORT if s] + ["We see five red cars and two green apples today."]
-
-
-@pytest.fixture(scope="module")
-def translator(tmp_path_factory):
-    cfg, params, tok = build_setup(str(tmp_path_factory.mktemp("spm")))
-    return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
 
 
 def test_word_attention_sums_over_source_pieces_and_averages_over_target_pieces():

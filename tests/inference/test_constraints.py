@@ -9,16 +9,10 @@ import pytest
 from jformer.inference import constraints as lexical
 from jformer.inference.batch_decode import trace_count
 from jformer.inference.translator import Translator
-from tests.inference.test_translator import CHUNK, DECODE, SHORT, build_setup
+from tests.inference.test_translator import CHUNK, DECODE, SHORT
 
 SENTENCES = [s for s in SHORT if s]  # 6 sentences, one bucket
 PHRASES = [["Zahl"], None, ["zwei", "Äpfel"], [], ["spät ist"], ["Auto"]]
-
-
-@pytest.fixture(scope="module")
-def translator(tmp_path_factory):
-    cfg, params, tok = build_setup(str(tmp_path_factory.mktemp("spm")))
-    return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
 
 
 def ids_of(translator, text):

@@ -5,18 +5,11 @@ import numpy as np
 import pytest
 
 from jformer.inference import forced
-from jformer.inference.translator import Translator
 from jformer.ops import transformer
-from tests.inference.test_translator import CHUNK, CORPUS, DECODE, SHORT, build_setup
+from tests.inference.test_translator import CORPUS, DECODE, SHORT
 
 SENTENCES = [s for s in SHORT if s] + ["We see five red cars and two green apples today.",
                                        "The number is seven."]
-
-
-@pytest.fixture(scope="module")
-def translator(tmp_path_factory):
-    cfg, params, tok = build_setup(str(tmp_path_factory.mktemp("spm")))
-    return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
 
 
 def _score_ids(translator, sources, targets, alpha, batch_size=4):

@@ -9,7 +9,6 @@ import dataclasses
 import warnings
 
 import jax
-import numpy as np
 import pytest
 
 from jformer.data import demo
@@ -17,16 +16,11 @@ from jformer.inference import OverlongError, Translator, memory, split_to_fit
 from jformer.inference import translator as translate
 from jformer.inference import batch_decode
 
-from tests.inference.test_translator import DECODE, build_setup
+from tests.inference.test_translator import DECODE
 
 
 SPLIT = dataclasses.replace(DECODE, overlong="split", batch_size=32)
 BLOB = "https://example.com/?q=" + "aGVsbG8gd29ybGQhIHRoaXMgaXMgYmFzZTY0Lg==" * 6
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    return build_setup(str(tmp_path_factory.mktemp("spm")))
 
 
 @pytest.fixture(scope="module")

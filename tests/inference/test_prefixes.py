@@ -6,17 +6,10 @@ import numpy as np
 import pytest
 
 from jformer.inference import forced, prefixes
-from jformer.inference.translator import Translator
-from tests.inference.test_translator import CHUNK, DECODE, SHORT, build_setup
+from tests.inference.test_translator import SHORT
 
 SENTENCES = [s for s in SHORT if s]  # 6 sentences, one bucket
 PREFIXES = ["Die Zahl", None, "Ich sehe zwei", "", "Es", "Wir brauchen ein Auto und"]
-
-
-@pytest.fixture(scope="module")
-def translator(tmp_path_factory):
-    cfg, params, tok = build_setup(str(tmp_path_factory.mktemp("spm")))
-    return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
 
 
 def prefix_ids(translator, text):

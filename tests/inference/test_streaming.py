@@ -13,23 +13,13 @@ from jformer.data import demo
 
 from jformer.inference.streaming import StreamUpdate, _advance, settled, stream
 from jformer.inference.translator import Translator
-from tests.inference.test_translator import CHUNK, DECODE, SHORT, build_setup
+from tests.inference.test_translator import CHUNK, DECODE, SHORT
 
 # Sampling with these keys gives long outputs with byte-fallback pieces (U+FFFD in
 # their text) on the tiny model: the hold-back of unsettled text is exercised.
 SAMPLE_KEY = 3
 FEW = ["Five.", "", "It is late."]  # a long output, none, a short one (16-token bucket)
 SAMPLED = ["Five.", "Hello", "I see two apples."]
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    return build_setup(str(tmp_path_factory.mktemp("spm")))
-
-
-@pytest.fixture(scope="module")
-def translator(setup):
-    return Translator(*setup, DECODE, chunk_size=CHUNK)
 
 
 def check_appends(updates: list[StreamUpdate], expected: str) -> None:

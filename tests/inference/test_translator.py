@@ -95,17 +95,6 @@ def tiny_workdir(root) -> str:
     return run
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    return build_setup(str(tmp_path_factory.mktemp("spm")))
-
-
-@pytest.fixture(scope="module")
-def translator(setup):
-    cfg, params, tok = setup
-    return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
-
-
 # ------------------------------------------------------------------ pure helpers
 
 

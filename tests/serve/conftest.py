@@ -35,6 +35,17 @@ def translator():
     return Translator.from_checkpoint(WORKDIR, decode_cfg=small_decode())
 
 
+@pytest.fixture(scope="module")
+def client(translator):
+    """A TestClient of the app over the session's Translator, its model loaded; one per
+    module (a module that needs another app defines its own ``client``)."""
+    from tests.serve.test_app import serve, wait_ready
+
+    with serve(translator) as c:
+        wait_ready(c)
+        yield c
+
+
 @contextlib.contextmanager
 def live_server(app):
     """``app`` under uvicorn in a thread of this process (it shares the session's

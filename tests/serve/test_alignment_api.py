@@ -12,14 +12,7 @@ pytest.importorskip("httpx", reason="the TestClient needs httpx (test extra)")
 
 from jformer.data.alignments import to_moses  # noqa: E402
 from tests.serve.conftest import SENTENCES  # noqa: E402
-from tests.serve.test_app import assert_error, post, serve, wait_ready  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def client(translator):
-    with serve(translator) as c:
-        wait_ready(c)
-        yield c
+from tests.serve.test_app import assert_error, post  # noqa: E402
 
 
 def test_alignments_are_the_translators(client, translator):

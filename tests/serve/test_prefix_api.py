@@ -11,16 +11,9 @@ pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[
 pytest.importorskip("httpx", reason="the TestClient needs httpx (test extra)")
 
 from tests.serve.conftest import SENTENCES  # noqa: E402
-from tests.serve.test_app import assert_error, post, serve, wait_ready  # noqa: E402
+from tests.serve.test_app import assert_error, post  # noqa: E402
 
 PREFIXES = ["Ich sehe", None, "", "Wir", "Fünf", "Hallo"]
-
-
-@pytest.fixture(scope="module")
-def client(translator):
-    with serve(translator) as c:
-        wait_ready(c)
-        yield c
 
 
 @pytest.mark.parametrize("beta", [None, 0.5])

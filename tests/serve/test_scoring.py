@@ -10,17 +10,10 @@ pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[
 pytest.importorskip("httpx", reason="the TestClient needs httpx (test extra)")
 
 from tests.serve.conftest import SENTENCES  # noqa: E402
-from tests.serve.test_app import assert_error, post, serve, wait_ready  # noqa: E402
+from tests.serve.test_app import assert_error, post  # noqa: E402
 
 TARGETS = ["Ich sehe einen großen Hund.", "Es ist sieben Uhr.", "", "Wir brauchen ein Auto.",
            "Fünf.", "Hallo"]
-
-
-@pytest.fixture(scope="module")
-def client(translator):
-    with serve(translator) as c:
-        wait_ready(c)
-        yield c
 
 
 def test_scores_are_the_translators(client, translator):

@@ -18,13 +18,6 @@ from tests.serve.test_app import assert_error, post, serve, wait_ready  # noqa: 
 STREAM = "/v1/translate/stream"
 
 
-@pytest.fixture(scope="module")
-def client(translator):
-    with serve(translator) as c:
-        wait_ready(c)
-        yield c
-
-
 def parse_events(body: str) -> list[tuple[str, dict]]:
     """(event name, data) per server-sent event; the name is "message" when unnamed."""
     events = []
