@@ -18,10 +18,10 @@ Duplicates are dropped. EOS is only allowed to a hypothesis that has met all its
 phrases. With ``phrase_ends`` (bool [V]), a phrase counts as met only when the token
 after it may end it (a word start or punctuation; EOS): a phrase followed by any other
 token is unmet again, and each hypothesis that just completed a phrase adds its best
-such token to the candidates. The W alive slots are then shared across banks (dynamic beam allocation):
-candidates are ranked within their bank by score and taken round-robin, rank 0 of every
-bank first (highest bank first), then rank 1, and so on, so banks with fewer
-candidates leave their slots to the others. EOS candidates take places in that order
+such token to the candidates. The W alive places are then shared across banks (dynamic
+beam allocation): candidates are ranked within their bank by score and taken
+round-robin, rank 0 of every bank first (highest bank first), then rank 1, and so on, so
+banks with fewer candidates leave their places to the others. EOS candidates take places in that order
 too; those among the first 2W (``eos_candidates="top_w"``: W) finish. A row without
 phrases has one bank, and its steps equal plain beam search's.
 

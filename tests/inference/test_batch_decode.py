@@ -13,16 +13,8 @@ from jformer.inference.batch_decode import SearchSpec, decode_batch
 from jformer.kernels.ops import CPU
 from jformer.model import Transformer
 from jformer.model.ops import STOCK
-from tests.inference.test_translator import build_setup
 
 BATCH = 13  # stages 6, 3 with floor 3; three rows are batch padding
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """test_translator's tiny random model, whose outputs end at spread-out steps."""
-    cfg, params, _ = build_setup(str(tmp_path_factory.mktemp("spm")))
-    return cfg, params
 
 
 def sources(cfg, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -43,7 +35,7 @@ def sources(cfg, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
                  marks=pytest.mark.slow),
     pytest.param(STOCK, SearchSpec("greedy", 1, 18, chunk_size=4), marks=pytest.mark.slow)])
 def test_shrinking_gives_the_fixed_batch_translations(setup, ops, spec):
-    cfg, params = setup
+    cfg, params, _ = setup  # tests/inference/conftest.py: outputs end at spread-out steps
     inputs_BS, valid_B = sources(cfg)
     prepared = ops.cache.prepare(Transformer(cfg, ops), params)
     run = functools.partial(decode_batch, params, prepared, inputs_BS,
