@@ -111,6 +111,7 @@ def test_accelerator_lowerings_hold_no_cpu_kernels(platform):
         assert custom_calls(text) <= PORTABLE_CUSTOM_CALLS, custom_calls(text)
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_the_cpu_lowering_does_hold_the_cpu_kernels():
     """The check above can fail: on the CPU "auto" runs the kernels."""
     train, _, greedy, beam = train_and_eval_modules("cpu") + translate_modules("cpu")

@@ -30,6 +30,7 @@ def teacher_forced_logits(tr: Translator, inputs, targets):
     return Transformer(tr.model_cfg, tr.ops).apply({"params": tr.params}, inputs, targets)
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_bf16_workdir_translates_to_the_same_output():
     expected = load_expected(BF16)
     tr = Translator.from_checkpoint(BF16)

@@ -49,6 +49,10 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
                         "all (Flax WMT) or top_w (fairseq, Hugging Face, CTranslate2, "
                         "Marian: their outputs exactly); default: the run's "
                         "decode.eos_candidates")
+    p.add_argument("--shrink-floor", type=int, default=None, metavar="N",
+                   help="greedy and beam batches drop finished sentences in halving stages "
+                        "down to N sentences (0: never; default: the run's "
+                        "decode.shrink_floor)")
     p.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="most bytes a decode batch's KV cache may take per device, e.g. "
                         "2GB or 512MiB: batches shrink to fit (default: the run's "
@@ -85,14 +89,15 @@ def load_translator(args: argparse.Namespace):
 
 def decode_overrides(args: argparse.Namespace):
     """The run's decode config with --overlong / --eos-candidates / --memory-limit /
-    --dtype applied (None if none was given: the run's own)."""
+    --dtype / --shrink-floor applied (None if none was given: the run's own)."""
     import dataclasses
 
     from jformer.workdir import files
 
     changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates",
                                                       "memory_limit", "dtype",
-                                                      "alignment_layer", "alignment_head")
+                                                      "alignment_layer", "alignment_head",
+                                                      "shrink_floor")
                if getattr(args, name, None) is not None}
     if not changes:
         return None

@@ -38,6 +38,10 @@ class DecodeConfig:
     # T5X) | top_w: only those among the W best (fairseq, Hugging Face, CTranslate2,
     # Marian; gives their outputs exactly). jformer.search.beam says more.
     eos_candidates: str = "all"
+    # Greedy and beam batches drop their finished sentences in halving stages down to
+    # this many sentences (0: never; jformer.search.shrink): fewer rows stepped, at the
+    # cost of one more traced and compiled step per stage (bench/README.md measures it)
+    shrink_floor: int = 0
     # auto: float32 on a CPU, model.dtype on an accelerator | model: decode in model.dtype |
     # float32 | bfloat16: bf16 weight matrices, activations and KV cache
     # (jformer.inference.precision; its BLEU cost and speed: docs/results.md)
@@ -64,6 +68,8 @@ class DecodeConfig:
               f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
         check_choice(s, "overlong", self.overlong, OVERLONG_POLICIES)
         check_choice(s, "eos_candidates", self.eos_candidates, EOS_CANDIDATES)
+        check(is_int(self.shrink_floor) and self.shrink_floor >= 0, f"{s}.shrink_floor",
+              "an int >= 0 (0: batches keep every row)", self.shrink_floor)
         for name in ("alignment_layer", "alignment_head"):
             value = getattr(self, name)
             check(value is None or is_int(value), f"{s}.{name}", "an int or None", value)

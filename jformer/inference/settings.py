@@ -18,9 +18,6 @@ from jformer.config import DecodeConfig
 from jformer.inference.batch_decode import SearchSpec
 
 METHODS = ("beam", "greedy", "sample")
-# Greedy and beam batches drop finished sentences as they go, halving down to this many
-# (SearchSpec.shrink_floor; jformer.search.shrink): a batch of 32 runs 32, 16, then 8.
-SHRINK_FLOOR = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,17 +83,20 @@ class SearchSettings:
         """The length-penalty exponent the search is scored with (0 but for beam)."""
         return self.alpha if self.method == "beam" else 0.0
 
-    def spec(self, max_len: int, chunk_size: int, eos_candidates: str) -> SearchSpec:
+    def spec(self, max_len: int, chunk_size: int, eos_candidates: str,
+             shrink_floor: int = 0) -> SearchSpec:
         """The compiled search for ``max_len`` output positions; fields the search does
-        not read keep their defaults (fewer compiles)."""
+        not read keep their defaults (fewer compiles). ``shrink_floor`` (greedy and beam;
+        ``decode.shrink_floor``): batches drop finished sentences in halving stages down
+        to that many (0: never)."""
         if self.method == "beam" and self.beam_size > 1:
             return SearchSpec("beam", self.beam_size, max_len, chunk_size=chunk_size,
                               n_best=self.n_best, eos_candidates=eos_candidates,
-                              shrink_floor=SHRINK_FLOOR)
+                              shrink_floor=shrink_floor)
         if self.method == "sample":
             return SearchSpec("sample", 1, max_len, top_k=self.top_k, chunk_size=chunk_size)
         return SearchSpec("greedy", 1, max_len, chunk_size=chunk_size,
-                          shrink_floor=SHRINK_FLOOR)
+                          shrink_floor=shrink_floor)
 
     def translate_kwargs(self) -> dict[str, Any]:
         """The ``Translator.translate`` arguments of these settings."""

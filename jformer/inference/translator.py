@@ -304,7 +304,8 @@ class Translator:
         each source's target prefix (None: none), forced or, with ``beta``, biased;
         ``phrases``: its lexical constraints (None: none)."""
         specs = {bucket: settings.spec(self.output_positions(bucket, settings.max_len),
-                                       self.chunk_size, self.decode_cfg.eos_candidates)
+                                       self.chunk_size, self.decode_cfg.eos_candidates,
+                                       self.decode_cfg.shrink_floor)
                  for bucket in self.buckets}
         caps: dict[int, int] = {}
 

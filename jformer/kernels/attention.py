@@ -1,6 +1,6 @@
 """Multi-head attention for XLA:CPU: heads-first products and decode caches read in place.
 
-The same function as :mod:`jformer.model.attention` (``kernels="plain"``), arranged for
+The same function as :mod:`jformer.model.attention` (``ops="plain"``), arranged for
 XLA:CPU's matrix library, which reads an operand in place only when its contracted axis
 is innermost and copies it otherwise:
 

@@ -6,7 +6,7 @@ first copies g, the largest array of the step ([B*L, V]), into transposed order.
 (x^T g)^T it transposes x [B*L, D] and the [D, V] result instead, V / D times less data,
 written so that XLA does not fold the transposes back into the product
 (:func:`jformer.kernels.matmul.transposed_copy`).
-Plain form: :meth:`jformer.model.embeddings.TokenEmbedding.attend` with kernels="plain".
+Plain form: :meth:`jformer.model.embeddings.TokenEmbedding.attend` with ops="plain".
 """
 from __future__ import annotations
 

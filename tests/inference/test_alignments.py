@@ -69,6 +69,7 @@ def test_translations_carry_word_level_alignments(translator):
     assert multi_piece  # some output word has several pieces yet one index
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_a_batch_aligns_as_one_by_one(translator):
     targets = ["Fünf.", "Ich sehe zwei Äpfel.", "Die Zahl ist drei.", "Es ist spät.",
                "Wir brauchen ein Auto.", "Hallo", "Wir sehen heute fünf rote Autos."]

@@ -36,6 +36,7 @@ def _dtypes(params):
             for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_model_keeps_config_and_params_untouched(setup16):
     cfg, params, _ = setup16
     got_cfg, got_params = for_decoding(cfg, DecodeConfig(), params)
@@ -77,6 +78,7 @@ def test_bfloat16_stores_matrices_in_bf16_and_keeps_vectors_float32(setup16):
     assert decoding_config(cfg, DecodeConfig(dtype="bfloat16")).dtype == "bfloat16"
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_bf16_weights_decode_as_model_dtype_bf16_does(setup16):
     """bf16 weights stored once give model.dtype=bfloat16's outputs (float32 weights cast
     at each use), and halve the KV cache the Translator budgets."""

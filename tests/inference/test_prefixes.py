@@ -33,6 +33,7 @@ def test_every_output_begins_with_its_prefix(translator, method):
     assert any(h.ids.tolist() != f.ids.tolist() for h, f in zip(out, free))
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_a_mixed_batch_equals_each_sentence_alone(translator):
     batch = translator.translate(SENTENCES, beam_size=3, return_scores=True,
                                  target_prefix=PREFIXES)

@@ -5,7 +5,7 @@ import pytest
 
 from jformer.config import DecodeConfig
 from jformer.inference.batch_decode import SearchSpec
-from jformer.inference.settings import SHRINK_FLOOR, SearchSettings
+from jformer.inference.settings import SearchSettings
 
 CFG = DecodeConfig(beam_size=5, alpha=0.7, temperature=0.9, top_k=12)
 
@@ -29,19 +29,21 @@ def test_fields_a_method_ignores_are_fixed_so_equal_searches_compare_equal():
 def test_spec_and_penalty_per_method():
     beam = SearchSettings.of(CFG, n_best=2)
     assert beam.spec(40, 8, "top_w") == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
-                                                   eos_candidates="top_w",
-                                                   shrink_floor=SHRINK_FLOOR)
+                                                   eos_candidates="top_w")
+    assert beam.spec(40, 8, "top_w", 8) == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
+                                                      eos_candidates="top_w", shrink_floor=8)
     assert beam.penalty_alpha == 0.7
     # Beam 1 is greedy search, still scored with the length penalty.
     one = SearchSettings.of(CFG, beam_size=1)
-    assert one.spec(40, 8, "top_w") == SearchSpec("greedy", 1, 40, chunk_size=8,
-                                                      shrink_floor=SHRINK_FLOOR)
+    assert one.spec(40, 8, "top_w", 4) == SearchSpec("greedy", 1, 40, chunk_size=8,
+                                                         shrink_floor=4)
     assert one.penalty_alpha == 0.7
     sample = SearchSettings.of(CFG, method="sample")
     assert sample.spec(40, 8, "all") == SearchSpec("sample", 1, 40, top_k=12, chunk_size=8)
     assert sample.penalty_alpha == 0.0
     assert SearchSettings.of(CFG, method="greedy").spec(40, 4, "all") == SearchSpec(
-        "greedy", 1, 40, chunk_size=4, shrink_floor=SHRINK_FLOOR)
+        "greedy", 1, 40, chunk_size=4)
+    assert sample.spec(40, 8, "all", 8) == sample.spec(40, 8, "all")  # sampling: no stages
 
 
 def test_stages_halve_down_to_the_floor_for_greedy_and_beam_only():

@@ -30,6 +30,7 @@ from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, Train
 from jformer.data import demo
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.settings import SearchSettings
+from jformer.inference.batch_decode import SearchSpec
 from jformer.inference.translator import Hypothesis, Translator
 from jformer.model.masks import NEG_INF
 from jformer.workdir import checkpoint, files
@@ -294,20 +295,18 @@ def test_a_batch_stays_within_the_rows_the_prepared_weights_take(translator, mon
 
 @pytest.mark.slow  # compiles a program of its own; the default run checks the
 # search on toy tables (tests/search/test_shrink.py)
-def test_batches_drop_finished_sentences_and_translate_the_same(translator, monkeypatch):
-    """The Translator's beam batches shrink as sentences finish (settings.SHRINK_FLOOR;
-    here a batch of 4 goes on with 2): the same texts and ids as batches that keep every
-    row (the default floor keeps all 4), scores to float32 rounding. (Greedy: slow tests
-    in tests/inference/test_batch_decode.py.)"""
-    from jformer.inference import settings
-
+def test_batches_drop_finished_sentences_and_translate_the_same(setup, translator):
+    """With decode.shrink_floor=2 the Translator's beam batches of 4 go on with 2 as
+    sentences finish: the same texts and ids as batches that keep every row (the default,
+    0), scores to float32 rounding. (Greedy: slow tests in
+    tests/inference/test_batch_decode.py.)"""
     sentences = SHORT[:2] + SHORT[3:]  # lengths vary; a padding row in the last batch
-    got, default = {}, settings.SHRINK_FLOOR
-    assert settings.SearchSpec(shrink_floor=default).stage_sizes(DECODE.batch_size) == ()
-    for floor in (2, default):
-        monkeypatch.setattr(settings, "SHRINK_FLOOR", floor)
+    got, default = {}, DECODE.shrink_floor
+    assert SearchSpec(shrink_floor=default).stage_sizes(DECODE.batch_size) == ()
+    staged = Translator(*setup, dataclasses.replace(DECODE, shrink_floor=2), chunk_size=CHUNK)
+    for floor, tr in ((2, staged), (default, translator)):
         before = set(batch_decode._TRACES)
-        got[floor] = translator.translate(sentences, beam_size=3, return_scores=True)
+        got[floor] = tr.translate(sentences, beam_size=3, return_scores=True)
         if floor == 2:  # the program compiled for the batch of 4 runs in stages
             staged = [(shape, spec) for shape, spec in set(batch_decode._TRACES) - before
                       if shape[0] == DECODE.batch_size]

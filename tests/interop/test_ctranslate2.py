@@ -102,6 +102,7 @@ def assert_teacher_forced_log_probs_equal(cfg, params, tokenizer, tmp_path):
         np.testing.assert_allclose(r.log_probs, lp, atol=1e-5, rtol=0, err_msg=TARGETS[i])
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_pad_and_bos_are_never_generated(tokenizer, tmp_path):
     """An output bias that makes PAD and BOS the likeliest tokens: jformer masks them
     at every step, and so must the export, with no decoding option set."""
@@ -180,6 +181,7 @@ def test_relative_positions_beam_search_as_jformer_does(tokenizer, tmp_path):
     assert_same_search(translator, ct2, done, beam_size=4, max_len=24, require_finished=True)
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_searches_match_on_the_committed_workdir(tmp_path):
     """Greedy: all 24 test sentences, finished or cut at max_len alike. Beam 4: the
     sentences jformer's beam finishes (its forced EOS at max_len is not CTranslate2's).
@@ -221,6 +223,7 @@ class FutureModelConfig(ModelConfig):
     final_logits_bias: bool = False
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_target_prefixes_give_ctranslate2s_tokens(tmp_path):
     """The same prefixes (each test reference's first two words, some sentences without)
     given to jformer (target_prefix) and to the export (translate_batch's target_prefix):

@@ -178,6 +178,7 @@ def test_the_export_has_a_model_card(greedy_export):
     assert "jax.export (greedy, platforms cpu)" in card and "step 400" in card
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_parameters_are_an_argument_not_constants(sentences, greedy_export, tmp_path):
     """Programs exported from step 400 run step 200's parameters as the step-200
     Translator does; a program file is smaller than the parameters, while the same

@@ -286,6 +286,7 @@ def hf_greedy_texts(hf_dir) -> list[str]:
     return hf_tok.batch_decode(rows, skip_special_tokens=True)
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_the_cli_imports_and_the_workdir_translates(trained, tmp_path, capsys, monkeypatch):
     hf_dir, _ = trained
     workdir = tmp_path / "w"

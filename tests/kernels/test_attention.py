@@ -211,7 +211,7 @@ def test_the_decode_loop_copies_no_self_attention_buffer(beam):
     # The step reads each buffer before its in-place update, and decode_batch compiles with
     # XLA:CPU's region-analysis copy insertion: no step copies (or transposes) a buffer.
     cfg = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=1,
-                      num_decoder_layers=2, d_ff=32, dropout_rate=0.0, kernels="cpu")
+                      num_decoder_layers=2, d_ff=32, dropout_rate=0.0, ops="cpu")
     inputs = jnp.full((2, 5), 5, jnp.int32).at[:, -1].set(cfg.eos_id)
     params = jax.jit(transformer(cfg).init)(jax.random.PRNGKey(0), inputs, inputs)["params"]
     spec = SearchSpec("beam" if beam > 1 else "greedy", beam, max_len=6)

@@ -30,6 +30,7 @@ def test_without_a_compiler_it_warns_once_and_decoding_keeps_xla(tmp_path):
     assert "no C++ compiler 'no-such-compiler-jformer'" in done.stderr
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 @pytest.mark.skipif(not native.available(), reason="the library could not be built here")
 def test_the_library_is_built_once_into_the_cache(tmp_path):
     env = dict(os.environ, JFORMER_KERNEL_CACHE=str(tmp_path))
@@ -74,6 +75,7 @@ def test_a_compiler_that_fails_midway_leaves_nothing_in_the_cache(tmp_path):
     assert cache.is_dir() and list(cache.iterdir()) == []  # the partial output is gone
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_without_a_compiler_translations_equal_the_native_kernels(tmp_path):
     """The fallback a user without g++ gets (XLA's ops, one warning) translates the
     committed workdir as the native kernels do: the same ids, scores to 1e-5."""

@@ -14,7 +14,6 @@ from jformer.inference.batch_decode import (SearchSpec, decode_batch, encode_and
 from jformer.kernels.ops import PACKED_ROWS_MAX
 from jformer.kernels import native_attention, rows_matmul
 from jformer.ops import resolve, transformer
-from jformer.model import Transformer
 
 pytestmark = pytest.mark.skipif(not rows_matmul.available(),
                                 reason="the rows_matmul library could not be built here")
@@ -78,7 +77,7 @@ def test_bad_inputs_name_the_problem():
 
 
 CFG = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=2,
-                  num_decoder_layers=2, d_ff=40, max_len=16, dropout_rate=0.0, kernels="cpu")
+                  num_decoder_layers=2, d_ff=40, max_len=16, dropout_rate=0.0, ops="cpu")
 
 
 def _params(cfg):

@@ -122,6 +122,7 @@ def test_padding_segments_and_heads():
     np.testing.assert_array_equal(enc2(inputs, types), enc2(inputs, jnp.zeros_like(types)))
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_bert_initialisation_and_the_encoder_is_the_translation_encoder():
     model, params = make()
     kernel = np.asarray(params["encoder"]["layer_0"]["ffn"]["wi"]["kernel"])
@@ -181,6 +182,7 @@ def noised(params, seed=1):
     # Shaw et al.'s relative positions (no position table) and a window
     pytest.param("pretrain", "pre", dict(positional="relative", relative_clip=3,
                                          attention_window=2), marks=pytest.mark.slow)])
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_the_encoder_and_heads_agree_under_plain_and_cpu_kernels(head, norm, options):
     """model.ops: the stock Flax ops and jformer.kernels give the same parameters and
     the same outputs for every head."""

@@ -103,6 +103,7 @@ def assert_logits_loss_and_gradients_agree(variant, packed):
                                    err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 @pytest.mark.parametrize("variant", [dict(), POSITIONS])
 def test_bfloat16_compute_agrees_to_bf16_tolerance(variant):
     cfg = dataclasses.replace(CFG, dtype="bfloat16", **variant)

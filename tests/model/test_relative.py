@@ -108,6 +108,7 @@ def test_only_offsets_reach_the_encoder():
     assert moved["relative"] < 1e-5 and moved["sinusoidal"] > 1e-2, moved
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_both_kernel_sets_decode_step_by_step_as_teacher_forcing():
     """The plain and the CPU set give the same teacher-forced logits, and each one's
     cached steps (offsets j - t against the cache, clipped at 2; a window of 3 behind)

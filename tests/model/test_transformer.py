@@ -225,6 +225,7 @@ def test_packed_rows_equal_separate_sentences():
     np.testing.assert_allclose(derived, logits, atol=1e-6)
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 @pytest.mark.parametrize("tie_output", [True, False])
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_features_project_to_the_logits(tie_output, norm):

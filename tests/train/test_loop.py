@@ -39,6 +39,7 @@ def assert_trees_equal(a, b):
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_a_run_resumed_after_two_steps_equals_four_steps_at_once(tmp_path, shared_vocab):
     """The default suite's resume check (the 100-step one below is slow): the restored
     step, parameters, Adam moments, rng and data position carry on exactly."""

@@ -84,6 +84,7 @@ def test_eight_way_data_parallel_equals_one_device():
     assert delta > 1e-3
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_gradient_accumulation_equals_large_batch():
     big, _ = run("shard_map", jax.devices()[:1], accum_steps=1)
     acc, _ = run("shard_map", jax.devices()[:1], accum_steps=4)

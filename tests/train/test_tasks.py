@@ -296,6 +296,7 @@ def test_demo_pretraining_learns_far_beyond_the_unigram_baseline(tmp_path):
     assert final["mlm_loss"] < final["mlm_unigram_loss"] - 1.0
 
 
+@pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it
 def test_pretraining_loss_and_gradients_agree_under_plain_and_cpu_kernels():
     """The MLM loss is the logits then the cross entropy under model.ops="plain" and
     the fused projected loss under "cpu" (as translation's): the same sums and gradients."""
