@@ -95,6 +95,18 @@ def join(page: HtmlText, hyps: Sequence[Sequence[Hypothesis]], n_best: int
     return out
 
 
+def join_pages(pages: Sequence[HtmlText], hyps: Sequence[Sequence[Hypothesis]],
+               n_best: int) -> list[list[Hypothesis]]:
+    """Per page, its ``n_best`` hypotheses (:func:`join`), from ``hyps``: the n-best
+    lists of every page's sentences, page after page, in order."""
+    out, start = [], 0
+    for page in pages:
+        end = start + len(page.sentences)
+        out.append(join(page, hyps[start:end], n_best))
+        start = end
+    return out
+
+
 PASSED_ON = ("beam_size", "alpha", "max_len", "method", "temperature", "top_k", "rng",
              "batch_size")  # to each sentence's translation
 REFUSED = ("target_prefix", "prefix_bias_beta", "constraints", "return_alignments")
@@ -120,11 +132,8 @@ def translate(translator, texts: Sequence[str], args: dict[str, Any]) -> list:
         raise ValueError(f"sentences[{too_long[0]}]: {too_long[1]}")
     options["rng"] = _sentence_keys(options["rng"], pages)
     results = translator.translate(plain, n_best=n_best, return_alignments=True, **options)
-    start, out = 0, []
-    for page in pages:
-        mine = results[start:start + len(page.sentences)]
-        start += len(page.sentences)
-        hyps = join(page, [r if n_best > 1 else [r] for r in mine], n_best)
+    out = []
+    for hyps in join_pages(pages, [r if n_best > 1 else [r] for r in results], n_best):
         hyps = hyps if return_scores else [h.text for h in hyps]
         out.append(hyps if n_best > 1 else hyps[0])
     return out

@@ -21,9 +21,9 @@ token is unmet again, and each hypothesis that just completed a phrase adds its 
 such token to the candidates. The W alive places are then shared across banks (dynamic
 beam allocation): candidates are ranked within their bank by score and taken
 round-robin, rank 0 of every bank first (highest bank first), then rank 1, and so on, so
-banks with fewer candidates leave their places to the others. EOS candidates take places in that order
-too; those among the first 2W (``eos_candidates="top_w"``: W) finish. A row without
-phrases has one bank, and its steps equal plain beam search's.
+banks with fewer candidates leave their places to the others. EOS candidates take places
+in that order too; those among the first 2W (``eos_candidates="top_w"``: W) finish. A
+row without phrases has one bank, and its steps equal plain beam search's.
 
 At the last position EOS is forced only on hypotheses that met all their phrases; the
 others stay alive, unfinished (returned with ``finished`` False when nothing finished).

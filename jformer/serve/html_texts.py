@@ -5,8 +5,9 @@ placeholders stay with their sentence) are translated as the texts of one plain 
 request (:func:`plain_request`), with their word alignments, through the same limits,
 batching and metrics (jformer.serve.state.translate); then each sentence's tags and
 placeholders are put back by its alignment and the text put together (:func:`assemble`).
-With method "sample", line i of ``seed``'s numbering is sentence i, counted over all texts. ``alignments``, ``target_prefix`` and ``constraints`` steer one plain
-sentence: with format "html" they are a 422 naming the field.
+With method "sample", line i of ``seed``'s numbering is sentence i, counted over all
+texts. ``alignments``, ``target_prefix`` and ``constraints`` steer one plain sentence:
+with format "html" they are a 422 naming the field.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from jformer.data.alignments import parse_moses
 from jformer.inference import Translator
-from jformer.inference.html_format import HtmlText, join, overlong, prepare
+from jformer.inference.html_format import HtmlText, join_pages, overlong, prepare
 from jformer.inference.results import Hypothesis
 from jformer.serve.errors import ApiError
 from jformer.serve.limits import ServeLimits
@@ -55,11 +56,9 @@ def assemble(pages: list[HtmlText], results: list, req: TranslateRequest) -> lis
     """The response's translations: per text, its sentences' answers (the plain
     request's, {text, score, finished, alignment} each) filled into it; a string, or
     with scores or n_best > 1, n_best hypotheses {text, score, finished}."""
-    out, start = [], 0
-    for page in pages:
-        mine = results[start:start + len(page.sentences)]
-        start += len(page.sentences)
-        hyps = join(page, [[_hypothesis(h) for h in hyps] for hyps in mine], req.n_best)
+    out = []
+    for hyps in join_pages(pages, [[_hypothesis(h) for h in hyps] for hyps in results],
+                           req.n_best):
         answer = [{"text": h.text, "score": h.score, "finished": h.finished} for h in hyps]
         out.append(answer if req.scores or req.n_best > 1 else answer[0]["text"])
     return out
