@@ -1,6 +1,7 @@
 """Test setup: 8 simulated CPU devices for data-parallel tests (set before jax is
-imported), no persistent compilation cache, and, under JFORMER_NO_SKIPS=1 (CI), every
-skip turned into a failure."""
+imported), no persistent compilation cache, jax's caches dropped before a worker runs out
+of memory mappings, and, under JFORMER_NO_SKIPS=1 (CI), every skip turned into a
+failure."""
 import os
 import re
 
@@ -27,6 +28,39 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # test_compile_cache.py): the suite neither writes into ~/.cache nor reads programs
 # another version of the code compiled.
 os.environ.setdefault("JFORMER_COMPILE_CACHE", "off")
+
+
+def map_budget(limit_file: str = "/proc/sys/vm/max_map_count") -> int | None:
+    """Half the kernel's per-process limit on memory mappings (None where there is no
+    such file). XLA:CPU maps each compiled kernel's code and data pages separately (about
+    3 mappings a kernel), and every program a test compiles stays in jax's caches, so a
+    pytest-xdist worker that runs a few hundred tests holds tens of thousands of mappings;
+    at the limit (Linux's default 65,530) the next compile's mmap fails and the worker
+    dies with a segmentation fault inside XLA's compiler."""
+    try:
+        return int(open(limit_file).read()) // 2
+    except (OSError, ValueError):
+        return None
+
+
+def memory_maps(maps_file: str = "/proc/self/maps") -> int:
+    """How many memory mappings this process holds (one line each in maps_file)."""
+    with open(maps_file, "rb") as f:
+        return f.read().count(b"\n")
+
+
+_MAP_BUDGET = map_budget()
+
+
+@pytest.fixture(autouse=True)
+def _bounded_memory_maps():
+    """After each test: past half the limit, drop jax's compiled programs (jax.
+    clear_caches; session fixtures recompile on their next use) so the worker stays well
+    below it."""
+    yield
+    if _MAP_BUDGET is not None and memory_maps() > _MAP_BUDGET:
+        import jax
+        jax.clear_caches()
 
 
 @pytest.hookimpl(hookwrapper=True)
