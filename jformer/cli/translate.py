@@ -9,7 +9,7 @@ import warnings
 from typing import Iterable, NamedTuple, TextIO
 
 from jformer.cli.common import (add_compile_cache_arg, add_model_args, add_search_args,
-                                load_translator, search_kwargs)
+                                claim_devices, load_translator, search_kwargs)
 
 NAME = "translate"
 HELP = "translate stdin (one sentence per line) to stdout"
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> None:
         raise ValueError(f"--chunk-lines must be >= 1; got {args.chunk_lines}")
     from jformer.cli.textio import line_batches
 
+    claim_devices(args)  # before search_kwargs' key starts jax's backend
     kwargs = search_kwargs(args)
     if args.format == "html":
         given = [flag for flag, value in (("--alignments", args.alignments),
