@@ -1,5 +1,6 @@
 """JAX's persistent compilation cache: a second run loads its programs instead of
-compiling them.
+compiling them. (The Translator's decode programs are kept whole beside it, in
+``<dir>/programs``, by :mod:`.programs`, which skips their tracing too.)
 
     compile_cache.enable()          # ~/.cache/jformer/xla, or $JFORMER_COMPILE_CACHE
     compile_cache.enable("off")     # nothing changes

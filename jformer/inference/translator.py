@@ -27,8 +27,8 @@ from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
                                             encode_and_init, make_step_fn, prepare)
-from jformer.inference import compile_cache as xla_cache
 from jformer.inference import alignment, forced, html_format, memory, prefixes
+from jformer.inference import compile_cache as xla_cache, programs
 from jformer.inference.constraints import (batch_constraints, encode_constraints,
                                            for_sources, phrase_ends)
 from jformer.inference.buckets import output_len, padded_rows, plan_batches, source_buckets
@@ -87,6 +87,8 @@ class Translator:
         self.chunk_size = chunk_size
         self.source_lang = source_lang
         self.mesh = make_mesh(local[:devices]) if devices > 1 else None
+        self.devices = local[:devices]  # the decode programs run here, kept compiled by:
+        self.programs = programs.ProgramStore(self.compile_cache and f"{self.compile_cache}/programs")
         # Once, not per batch; on one device (training may hand over mesh-replicated
         # params, which would make every decode run once per device) or replicated over
         # the decode devices.
@@ -371,13 +373,11 @@ class Translator:
         # Traced float32 scalars: another alpha or temperature reuses the compiled search.
         knobs = (np.float32(alpha), np.float32(temperature), prefix_BP, np.float32(beta),
                  cons_BCL, None if cons_BCL is None else phrase_ends(self.tokenizer))
-        if self.mesh is None:
-            out = decode_batch(self.params, self.prepared, inputs_BS, valid_B, rng, *knobs,
-                               model_cfg=cfg, ops=self.ops, spec=spec)
-        else:
-            out = decode_batch_parallel(self.params, self.prepared, inputs_BS, valid_B, rng,
-                                        *knobs, model_cfg=cfg, ops=self.ops, spec=spec,
-                                        mesh=self.mesh)
+        jitted, mesh = ((decode_batch, {}) if self.mesh is None
+                        else (decode_batch_parallel, {"mesh": self.mesh}))
+        out = self.programs.run(jitted, (self.params, self.prepared, inputs_BS, valid_B, rng,
+                                         *knobs), self.devices, model_cfg=cfg, ops=self.ops,
+                                spec=spec, **mesh)
         n = len(rows)
         tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
         scores_NW = np.asarray(out.scores)[:n, :n_best].astype(np.float64)

@@ -35,7 +35,8 @@ TARGETS = {"JformerRowsMatmul": "jformer_rows_matmul",
 log = logging.getLogger(__name__)
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
+    """The CPU's feature flags (/proc/cpuinfo's flags line), else its processor name."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
@@ -49,7 +50,7 @@ def _library_path() -> Path:
     key = hashlib.sha256()
     for part in (*(p.read_bytes() for p in SOURCES + HEADERS), " ".join(FLAGS).encode(),
                  jax.__version__.encode(), jax.ffi.include_dir().encode(),
-                 _cpu_flags().encode(), os.environ.get("CXX", "g++").encode()):
+                 cpu_flags().encode(), os.environ.get("CXX", "g++").encode()):
         key.update(part)
     root = Path(os.environ.get("JFORMER_KERNEL_CACHE")
                 or Path.home() / ".cache" / "jformer" / "kernels")

@@ -13,9 +13,8 @@ import pytest
 
 from jformer.data import demo
 from jformer.inference import OverlongError, Translator, memory, split_to_fit
-from jformer.inference import translator as translate
-from jformer.inference import batch_decode
 
+from tests.inference.record import record_batches
 from tests.inference.test_translator import DECODE
 
 
@@ -91,13 +90,8 @@ def test_an_overlong_single_word_is_split_and_comes_back(translator):
 def test_split_sentences_share_batches_with_the_others(translator, monkeypatch):
     long_text = " ".join(["It is late."] * 15 + ["We need one car."] * 10)
     seg = split_to_fit(long_text, count_tokens(translator), translator.model_cfg.max_len)
-    calls, decode = [], batch_decode.decode_batch
-
-    def recording(params, prepared, inputs_BS, *args, **kwargs):
-        calls.append(inputs_BS.shape)
-        return decode(params, prepared, inputs_BS, *args, **kwargs)
-
-    monkeypatch.setattr(translate, "decode_batch", recording)
+    calls = []
+    record_batches(monkeypatch, translator, lambda inputs_BS: calls.append(inputs_BS.shape))
     out = translator.translate(["Five.", long_text, "Hello"], method="greedy")
     assert calls == [(32, 16)]  # 25 pieces + 2 sentences, one batch
     assert out[0] == translator.translate(["Five."], method="greedy")[0]
@@ -179,13 +173,8 @@ def test_a_memory_limit_shrinks_batches_to_fit_and_changes_no_result(setup, monk
     expected = free.translate(sentences, **kwargs)
     one = memory.cache_bytes(cfg, 1, beam, 8, src_len=16)  # room for 5 rows
     limited = Translator(cfg, params, tok, dataclasses.replace(SPLIT, memory_limit=5 * one))
-    rows, decode = [], batch_decode.decode_batch
-
-    def recording(params, prepared, inputs_BS, *args, **kwargs):
-        rows.append(inputs_BS.shape)
-        return decode(params, prepared, inputs_BS, *args, **kwargs)
-
-    monkeypatch.setattr(translate, "decode_batch", recording)
+    rows = []
+    record_batches(monkeypatch, limited, lambda inputs_BS: rows.append(inputs_BS.shape))
     assert limited.translate(sentences, **kwargs) == expected
     assert rows == [(5, 16), (5, 16), (2, 16)]
     assert memory.cache_bytes(cfg, 5, beam, 8, src_len=16) <= 5 * one

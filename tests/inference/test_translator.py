@@ -23,7 +23,6 @@ from jformer.ops import transformer
 from jformer.inference import batch_decode
 from jformer.inference import buckets as bucketing
 from jformer.inference import restore
-from jformer.inference import translator as translate
 from jformer.search import beam as beam_search
 from jformer.config import (Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
                             from_config_dict, to_dict)
@@ -33,6 +32,7 @@ from jformer.inference.settings import SearchSettings
 from jformer.inference.batch_decode import SearchSpec
 from jformer.inference.translator import Hypothesis, Translator
 from jformer.model.masks import NEG_INF
+from tests.inference.record import record_batches
 from jformer.workdir import checkpoint, files
 
 CORPUS = demo.generate_pairs(0, 300, 0, 0)["train"]
@@ -250,13 +250,8 @@ def test_short_batches_run_on_fewer_rows(translator, monkeypatch):
     assert [bucketing.padded_rows(n, 8) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
     assert [bucketing.padded_rows(n, 8, devices=2) for n in (1, 3, 5)] == [2, 4, 8]
     assert bucketing.padded_rows(5, 6, devices=3) == 6  # capped at batch_size
-    shapes, decode_batch = [], batch_decode.decode_batch
-
-    def recording(params, prepared, inputs_BS, *args, **kwargs):
-        shapes.append(inputs_BS.shape)
-        return decode_batch(params, prepared, inputs_BS, *args, **kwargs)
-
-    monkeypatch.setattr(translate, "decode_batch", recording)
+    shapes = []
+    record_batches(monkeypatch, translator, lambda inputs_BS: shapes.append(inputs_BS.shape))
     one = translator.translate(["It is late."], method="greedy")
     assert shapes == [(1, 16)]  # one row, not batch_size of them
     # the same result as inside a full batch
@@ -272,13 +267,8 @@ def test_a_batch_stays_within_the_rows_the_prepared_weights_take(translator, mon
 
     if cpu_ops.PACKED_ROWS_MAX != translator.ops.cache.rows_max(translator.prepared):
         pytest.skip("the native kernels are not loaded: no packed weights")
-    shapes, decode_batch = [], batch_decode.decode_batch
-
-    def recording(params, prepared, inputs_BS, *args, **kwargs):
-        shapes.append(inputs_BS.shape[0])
-        return decode_batch(params, prepared, inputs_BS, *args, **kwargs)
-
-    monkeypatch.setattr(translate, "decode_batch", recording)
+    shapes = []
+    record_batches(monkeypatch, translator, lambda inputs_BS: shapes.append(len(inputs_BS)))
     monkeypatch.setattr(cpu_ops, "PACKED_ROWS_MAX", 8)  # 2 sentences at beam 3 and 4
     sentences = ["It is late.", "Five.", "We need one car.", "The number is three."] * 2
     cut = translator.translate(sentences, beam_size=3, batch_size=8, return_scores=True)
@@ -343,10 +333,10 @@ def test_max_len_above_the_model_positions_is_capped_with_a_warning(translator):
 def test_empty_sentences_give_empty_translations_without_decoding(translator, monkeypatch):
     assert translator.translate(["", "   "]) == ["", ""]
 
-    def fail(*args, **kwargs):
-        raise AssertionError("decode_batch must not run for empty inputs")
+    def fail(inputs_BS):
+        raise AssertionError("no batch may be decoded for empty inputs")
 
-    monkeypatch.setattr(translate, "decode_batch", fail)
+    record_batches(monkeypatch, translator, fail)
     assert translator.translate(["", " "], n_best=2) == [[""], [""]]
     assert translator.translate([]) == []
     # Text the tokenizer drops entirely (a zero-width space, a stray BOM) is empty too,

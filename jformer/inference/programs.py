@@ -1,0 +1,201 @@
+"""Compiled decode programs kept on disk, so that a second process skips tracing and
+lowering as well as compiling.
+
+JAX's persistent cache (:mod:`.compile_cache`) is keyed by the lowered program, so a
+process with a warm cache still traces and lowers every program to find its entry: about
+0.7 s a decode program of the Multi30k model, a dozen programs for a file. A
+:class:`ProgramStore` is keyed by what a program is made of instead, and holds the
+executable itself (``jax.experimental.serialize_executable``):
+
+- jformer's own source (every ``.py``, ``.cc`` and ``.h`` file of the package), so
+  another version of the code never loads a program this one did not compile;
+- jax's and jaxlib's versions, the backend, its version, and the devices the program
+  runs on; ``XLA_FLAGS``, the jax settings that change lowering, and the CPU's flags
+  (XLA:CPU and the native kernels compile for this CPU);
+- the jitted function's name, its static arguments, and every argument's tree, shape,
+  dtype, weak type and sharding.
+
+Entries are written atomically (a temporary file renamed into place); one that cannot
+be read is reported once, compiled again and rewritten. Without a directory the store
+keeps compiled programs in memory only. Loading an entry runs code it holds: the store
+reads only its own directory, which lies beside JAX's cache (``~/.cache/jformer``).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import logging
+import os
+import pickle
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import jaxlib
+import numpy as np
+from jax.experimental import serialize_executable
+from jax.experimental.compilation_cache.compilation_cache import reset_cache
+
+from jformer.kernels.native import cpu_flags
+
+log = logging.getLogger(__name__)
+
+PACKAGE = Path(__file__).resolve().parents[1]  # jformer/
+SUFFIX = ".jfprog"
+# jax settings that change what a traced function lowers to
+LOWERING_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
+                     "jax_default_prng_impl", "jax_threefry_partitionable")
+
+
+@functools.cache
+def source_digest() -> str:
+    """sha256 over jformer's source files (path and bytes), computed once a process."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".cc", ".h")):
+        digest.update(str(path.relative_to(PACKAGE)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def stable(obj: Any) -> str:
+    """A text for ``obj`` that is the same in every process (no memory addresses):
+    functions and classes by module and name, partials, dataclasses and tuples by their
+    parts; anything else by ``repr``."""
+    if isinstance(obj, functools.partial):
+        return (f"partial({stable(obj.func)}, {', '.join(map(stable, obj.args))}, "
+                f"{', '.join(f'{k}={stable(v)}' for k, v in sorted(obj.keywords.items()))})")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = ", ".join(f"{f.name}={stable(getattr(obj, f.name))}"
+                           for f in dataclasses.fields(obj))
+        return f"{type(obj).__module__}.{type(obj).__qualname__}({fields})"
+    if isinstance(obj, (tuple, list)):
+        return f"{type(obj).__name__}({', '.join(map(stable, obj))})"
+    if isinstance(obj, dict):
+        return f"dict({', '.join(f'{stable(k)}: {stable(v)}' for k, v in obj.items())})"
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return f"{getattr(obj, '__module__', '?')}.{obj.__qualname__}"
+    return repr(obj)
+
+
+_CACHE_SWITCH = threading.Lock()
+
+
+@contextlib.contextmanager
+def _fresh_compile():
+    """Compiles inside it skip JAX's persistent cache: with jax 0.10, an executable that
+    cache loaded serializes without its kernels' code (its entry would load, and fail
+    when run: "Function ..._fusion not found"), while a fresh one serializes whole.
+    Compiles that other threads run meanwhile skip it too, which costs them time only."""
+    with _CACHE_SWITCH:
+        was = jax.config.jax_enable_compilation_cache
+        jax.config.update("jax_enable_compilation_cache", False)
+        reset_cache()  # jax decides once whether its cache is in use: ask it again
+        try:
+            yield
+        finally:
+            jax.config.update("jax_enable_compilation_cache", was)
+            reset_cache()
+
+
+def _leaf(x: Any) -> tuple:
+    """What of an argument leaf the compiled program depends on, cheaply (memory key)."""
+    if isinstance(x, jax.Array):
+        return (x.shape, x.dtype, getattr(x, "weak_type", False), x.sharding)
+    if isinstance(x, np.ndarray):
+        return (x.shape, x.dtype)
+    return (type(x), np.shape(x), np.result_type(x))
+
+
+def _leaf_text(x: Any) -> str:
+    if isinstance(x, jax.Array):
+        return f"{x.shape} {x.dtype} weak={getattr(x, 'weak_type', False)} {x.sharding}"
+    return f"{type(x).__name__} {np.shape(x)} {np.result_type(x)}"
+
+
+class ProgramStore:
+    """Compiled programs by what they are made of (module docstring), in memory and,
+    with a ``root`` directory, on disk.
+
+    ``store.run(jitted, args, devices, **static)`` returns ``jitted(*args, **static)``:
+    from a program compiled before (in this process, or on disk), else compiled now
+    (``jitted.lower(...).compile()``, through JAX's persistent cache) and kept.
+    ``devices`` are the devices the program runs on (one, or a mesh's).
+    """
+
+    def __init__(self, root: str | os.PathLike | None):
+        self.root = Path(root) if root is not None else None
+        self._programs: dict[tuple, Any] = {}
+        self.loaded = self.compiled = 0  # programs read from disk / compiled, this store
+
+    def run(self, jitted: Callable, args: Sequence, devices: Sequence[jax.Device],
+            **static) -> Any:
+        leaves, tree = jax.tree.flatten(args)
+        key = (jitted, tree, tuple(map(_leaf, leaves)), tuple(sorted(static.items())))
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = self._load_or_compile(jitted, args, leaves, tree,
+                                                                  devices, static)
+        return program(*args)
+
+    def entry(self, jitted: Callable, leaves: list, tree, devices: Sequence[jax.Device],
+              static: dict) -> Path:
+        """The file that holds (or will hold) this program."""
+        backend = devices[0].client
+        parts = [source_digest(), jax.__version__, jaxlib.__version__, backend.platform,
+                 backend.platform_version, stable([(d.platform, d.device_kind, d.id)
+                                                   for d in devices]),
+                 os.environ.get("XLA_FLAGS", ""), cpu_flags(),
+                 *(f"{name}={getattr(jax.config, name)}" for name in LOWERING_SETTINGS),
+                 f"{jitted.__module__}.{jitted.__qualname__}",
+                 *(f"{name}={stable(value)}" for name, value in sorted(static.items())),
+                 str(tree), *map(_leaf_text, leaves)]
+        digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        return self.root / f"{digest[:32]}{SUFFIX}"
+
+    def _load_or_compile(self, jitted, args, leaves, tree, devices, static):
+        path = self.entry(jitted, leaves, tree, devices, static) if self.root else None
+        if path is not None and path.exists():
+            try:
+                blob, in_tree, out_tree = pickle.loads(path.read_bytes())
+                program = serialize_executable.deserialize_and_load(
+                    blob, in_tree, out_tree, backend=devices[0].client,
+                    execution_devices=list(devices))
+                self.loaded += 1
+                return program
+            except Exception as e:  # noqa: BLE001 - a stale or broken entry: compile anew
+                log.warning("compiled program %s could not be loaded (%s: %s); compiling "
+                            "it again", path, type(e).__name__, e)
+        if path is None:
+            program = jitted.lower(*args, **static).compile()
+        else:
+            with _fresh_compile():
+                program = jitted.lower(*args, **static).compile()
+            self._write(path, program)
+        self.compiled += 1
+        return program
+
+    @staticmethod
+    def _write(path: Path, program) -> None:
+        try:
+            blob = pickle.dumps(serialize_executable.serialize(program))
+        except (ValueError, NotImplementedError, TypeError, pickle.PicklingError) as e:
+            log.info("compiled program not kept on disk (%s)", e)  # e.g. a backend without
+            return  # serialization: it stays in memory
+        tmp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, path)
+            tmp = None
+        except OSError as e:
+            log.warning("compiled program not written to %s (%s)", path, e)
+        finally:
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+

@@ -1,0 +1,116 @@
+"""jformer/inference/programs.py: a compiled program is kept on disk by what it is made of,
+loaded by a second store (or process) without tracing, compiled anew for another shape or
+static argument or after a broken entry, and whole even where JAX's persistent cache
+already held it."""
+import functools
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jformer.config import ModelConfig
+from jformer.inference.programs import SUFFIX, ProgramStore, stable
+from jformer.ops import resolve
+
+TRACES = []
+
+
+@functools.partial(jax.jit, static_argnames=("power",))
+def program(params, x, *, power):
+    TRACES.append(x.shape)
+    i = jnp.arange(x.shape[0])
+    return jnp.where(i[:, None] <= i[None, :], jnp.tanh(x @ params["w"]) ** power, 0.0).sum(1)
+
+
+def args(rows=8):
+    return ({"w": jnp.eye(rows) * 0.5}, np.ones((rows, rows), np.float32))
+
+
+def test_a_second_store_loads_the_program_without_tracing(tmp_path):
+    devices = jax.local_devices()[:1]
+    first = ProgramStore(tmp_path)
+    want = first.run(program, args(), devices, power=2)
+    assert (first.compiled, first.loaded) == (1, 0)
+    assert len(list(tmp_path.glob(f"*{SUFFIX}"))) == 1
+    TRACES.clear()
+    second = ProgramStore(tmp_path)
+    got = second.run(program, args(), devices, power=2)
+    assert (second.compiled, second.loaded, TRACES) == (0, 1, [])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(want, program(*args(), power=2))
+    second.run(program, args(), devices, power=2)  # kept in memory: read once
+    assert second.loaded == 1
+
+
+def test_another_shape_or_static_argument_is_another_program(tmp_path):
+    devices = jax.local_devices()[:1]
+    store = ProgramStore(tmp_path)
+    store.run(program, args(8), devices, power=2)
+    store.run(program, args(16), devices, power=2)
+    store.run(program, args(8), devices, power=3)
+    assert store.compiled == 3 and len(list(tmp_path.glob(f"*{SUFFIX}"))) == 3
+
+
+def test_a_broken_entry_is_reported_compiled_again_and_rewritten(tmp_path, caplog):
+    devices = jax.local_devices()[:1]
+    ProgramStore(tmp_path).run(program, args(), devices, power=2)
+    (entry,) = tmp_path.glob(f"*{SUFFIX}")
+    entry.write_bytes(b"not a program")
+    store = ProgramStore(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="jformer.inference.programs"):
+        got = store.run(program, args(), devices, power=2)
+    assert store.compiled == 1 and "could not be loaded" in caplog.text and str(entry) in caplog.text
+    np.testing.assert_allclose(got, program(*args(), power=2))
+    assert ProgramStore(tmp_path).run(program, args(), devices, power=2) is not None
+    assert entry.read_bytes() != b"not a program"
+
+
+def test_without_a_directory_programs_stay_in_memory(tmp_path):
+    store = ProgramStore(None)
+    store.run(program, args(), jax.local_devices()[:1], power=2)
+    store.run(program, args(), jax.local_devices()[:1], power=2)
+    assert store.compiled == 1 and not list(tmp_path.iterdir())
+
+
+def test_the_key_text_of_the_static_arguments_holds_no_memory_address():
+    text = stable(resolve(ModelConfig(ops="cpu"))) + stable(ModelConfig())
+    assert "0x" not in text and "jformer.kernels" in text
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    from jformer.inference.programs import ProgramStore
+    def f(w, x):
+        i = jnp.arange(x.shape[0])
+        return jnp.where(i[:, None] < i[None, :], jnp.tanh(x @ w), 0.0).sum(1)
+    w, x = jnp.eye(64) * 0.5, jnp.ones((64, 64))
+    if sys.argv[3] == "fill":  # JAX's cache gets the program
+        print(jax.jit(f)(w, x)[:2])
+    else:
+        store = ProgramStore(sys.argv[2])
+        print(store.run(jax.jit(f), (w, x), jax.local_devices()[:1])[:2], store.compiled,
+              store.loaded)
+""")
+
+
+def test_an_entry_is_whole_where_jaxs_cache_held_the_program(tmp_path):
+    """jax 0.10 serializes an executable its cache loaded without its kernels' code; the
+    store compiles its programs past that cache, so a later process can run them."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), XLA_FLAGS="")
+    def run(step):
+        done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "xla"),
+                               str(tmp_path / "programs"), step], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+    filled = run("fill")
+    wrote, loaded = run("store"), run("store")
+    assert wrote[-2:] == ["1", "0"] and loaded[-2:] == ["0", "1"]
+    assert wrote[:-2] == loaded[:-2] == filled
