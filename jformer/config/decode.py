@@ -40,8 +40,9 @@ class DecodeConfig:
     eos_candidates: str = "all"
     # Greedy and beam batches drop their finished sentences in halving stages down to
     # this many sentences (0: never; jformer.search.shrink): fewer rows stepped, at the
-    # cost of one more traced and compiled step per stage (bench/README.md measures it)
-    shrink_floor: int = 0
+    # cost of one more compiled step per stage, paid on a first run only now that
+    # programs are kept whole (jformer.inference.programs; bench/README.md measures it)
+    shrink_floor: int = 8
     # auto: float32 on a CPU, model.dtype on an accelerator | model: decode in model.dtype |
     # float32 | bfloat16: bf16 weight matrices, activations and KV cache
     # (jformer.inference.precision; its BLEU cost and speed: docs/results.md)
