@@ -92,11 +92,10 @@ def claim_devices(args: argparse.Namespace) -> None:
     given) and asks jax for that many CPU devices. Call it before anything creates a jax
     array: jax's device count is fixed when its CPU backend starts (accelerators are
     unaffected). In a process whose backend already runs (tests, a notebook), its
-    devices are kept and the default is capped at the CPU devices it has."""
+    devices are kept and the default is capped at the CPU devices it has. A second call
+    (``load_translator`` after ``translate``'s own) changes nothing."""
     import jax
 
-    if getattr(args, "devices_claimed", False):
-        return
     explicit = getattr(args, "devices", 1) is not None
     if not explicit:
         args.devices = auto_cpu_devices(args.batch_size or _run_batch_size(args))
@@ -110,7 +109,6 @@ def claim_devices(args: argparse.Namespace) -> None:
         args.devices = min(args.devices, len(jax.local_devices())) if cpu else 1
         while args.devices & (args.devices - 1):  # a power of two, still a divisor
             args.devices &= args.devices - 1
-    args.devices_claimed = True
 
 
 def _run_batch_size(args: argparse.Namespace) -> int:

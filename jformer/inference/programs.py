@@ -29,7 +29,6 @@ import hashlib
 import logging
 import os
 import pickle
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -41,6 +40,7 @@ from jax.experimental import serialize_executable
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
 from jformer.kernels.native import cpu_flags
+from jformer.workdir import files
 
 log = logging.getLogger(__name__)
 
@@ -102,18 +102,13 @@ def _fresh_compile():
 
 
 def _leaf(x: Any) -> tuple:
-    """What of an argument leaf the compiled program depends on, cheaply (memory key)."""
+    """What of an argument leaf the compiled program depends on: the memory key, and by
+    its repr (no memory addresses: shapes, dtypes, shardings by device id) the file's."""
     if isinstance(x, jax.Array):
         return (x.shape, x.dtype, getattr(x, "weak_type", False), x.sharding)
     if isinstance(x, np.ndarray):
         return (x.shape, x.dtype)
     return (type(x), np.shape(x), np.result_type(x))
-
-
-def _leaf_text(x: Any) -> str:
-    if isinstance(x, jax.Array):
-        return f"{x.shape} {x.dtype} weak={getattr(x, 'weak_type', False)} {x.sharding}"
-    return f"{type(x).__name__} {np.shape(x)} {np.result_type(x)}"
 
 
 class ProgramStore:
@@ -122,7 +117,8 @@ class ProgramStore:
 
     ``store.run(jitted, args, devices, **static)`` returns ``jitted(*args, **static)``:
     from a program compiled before (in this process, or on disk), else compiled now
-    (``jitted.lower(...).compile()``, through JAX's persistent cache) and kept.
+    (``jitted.lower(...).compile()``; with a ``root``, past JAX's persistent cache:
+    :func:`_fresh_compile`) and kept.
     ``devices`` are the devices the program runs on (one, or a mesh's).
     """
 
@@ -152,7 +148,7 @@ class ProgramStore:
                  *(f"{name}={getattr(jax.config, name)}" for name in LOWERING_SETTINGS),
                  f"{jitted.__module__}.{jitted.__qualname__}",
                  *(f"{name}={stable(value)}" for name, value in sorted(static.items())),
-                 str(tree), *map(_leaf_text, leaves)]
+                 str(tree), *(repr(_leaf(x)) for x in leaves)]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()
         return self.root / f"{digest[:32]}{SUFFIX}"
 
@@ -185,17 +181,7 @@ class ProgramStore:
         except (ValueError, NotImplementedError, TypeError, pickle.PicklingError) as e:
             log.info("compiled program not kept on disk (%s)", e)  # e.g. a backend without
             return  # serialization: it stays in memory
-        tmp = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, path)
-            tmp = None
+            files.write_atomically(path, blob)
         except OSError as e:
             log.warning("compiled program not written to %s (%s)", path, e)
-        finally:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
-

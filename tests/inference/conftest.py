@@ -17,4 +17,3 @@ def setup(tmp_path_factory):
 def translator(setup):
     cfg, params, tok = setup
     return Translator(cfg, params, tok, DECODE, chunk_size=CHUNK)
-
