@@ -10,10 +10,16 @@ executable itself (``jax.experimental.serialize_executable``):
 - jformer's own source (every ``.py``, ``.cc`` and ``.h`` file of the package), so
   another version of the code never loads a program this one did not compile;
 - jax's and jaxlib's versions, the backend, its version, and the devices the program
-  runs on; ``XLA_FLAGS``, the jax settings that change lowering, and the CPU's flags
-  (XLA:CPU and the native kernels compile for this CPU);
+  runs on (for a program on one device, its kind only); ``XLA_FLAGS``, the jax settings
+  that change lowering, and the CPU's flags (XLA:CPU and the native kernels compile for
+  this CPU);
 - the jitted function's name, its static arguments, and every argument's tree, shape,
-  dtype, weak type and sharding.
+  dtype, weak type and sharding (for a program on one device, without the device).
+
+A program that runs on one device is compiled once for all of them: the store keeps
+its serialized executable and loads it onto each device that asks for it
+(:func:`_load_onto`; XLA's code does not depend on which of a kind of device runs it),
+so n devices that decode side by side cost one compile, not n.
 
 Entries are written atomically (a temporary file renamed into place); one that cannot
 be read is reported once, compiled again and rewritten. Without a directory the store
@@ -26,6 +32,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import io
 import logging
 import os
 import pickle
@@ -35,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jaxlib
+import jaxlib.xla_client as xc
 import numpy as np
 from jax.experimental import serialize_executable
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
@@ -101,11 +109,13 @@ def _fresh_compile():
             reset_cache()
 
 
-def _leaf(x: Any) -> tuple:
+def _leaf(x: Any, anywhere: bool = False) -> tuple:
     """What of an argument leaf the compiled program depends on: the memory key, and by
-    its repr (no memory addresses: shapes, dtypes, shardings by device id) the file's."""
+    its repr (no memory addresses: shapes, dtypes, shardings by device id) the file's;
+    ``anywhere``: without the device (a one-device program, :func:`_load_onto`)."""
     if isinstance(x, jax.Array):
-        return (x.shape, x.dtype, getattr(x, "weak_type", False), x.sharding)
+        where = (type(x.sharding).__name__, x.sharding.memory_kind) if anywhere else x.sharding
+        return (x.shape, x.dtype, getattr(x, "weak_type", False), where)
     if isinstance(x, np.ndarray):
         return (x.shape, x.dtype)
     return (type(x), np.shape(x), np.result_type(x))
@@ -125,7 +135,9 @@ class ProgramStore:
     def __init__(self, root: str | os.PathLike | None):
         self.root = Path(root) if root is not None else None
         self._programs: dict[tuple, Any] = {}
+        self._serialized: dict[str, bytes] = {}  # one-device programs, by entry digest
         self.loaded = self.compiled = 0  # programs read from disk / compiled, this store
+        self.moved = 0  # one-device programs loaded from one compiled for another device
 
     def run(self, jitted: Callable, args: Sequence, devices: Sequence[jax.Device],
             **static) -> Any:
@@ -140,48 +152,106 @@ class ProgramStore:
     def entry(self, jitted: Callable, leaves: list, tree, devices: Sequence[jax.Device],
               static: dict) -> Path:
         """The file that holds (or will hold) this program."""
-        backend = devices[0].client
+        return self.root / f"{self._digest(jitted, leaves, tree, devices, static)}{SUFFIX}"
+
+    @staticmethod
+    def _digest(jitted, leaves, tree, devices, static) -> str:
+        backend, anywhere = devices[0].client, len(devices) == 1
         parts = [source_digest(), jax.__version__, jaxlib.__version__, backend.platform,
-                 backend.platform_version, stable([(d.platform, d.device_kind, d.id)
-                                                   for d in devices]),
+                 backend.platform_version,
+                 stable([(d.platform, d.device_kind) if anywhere
+                         else (d.platform, d.device_kind, d.id) for d in devices]),
                  os.environ.get("XLA_FLAGS", ""), cpu_flags(),
                  *(f"{name}={getattr(jax.config, name)}" for name in LOWERING_SETTINGS),
                  f"{jitted.__module__}.{jitted.__qualname__}",
                  *(f"{name}={stable(value)}" for name, value in sorted(static.items())),
-                 str(tree), *(repr(_leaf(x)) for x in leaves)]
-        digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()
-        return self.root / f"{digest[:32]}{SUFFIX}"
+                 str(tree), *(repr(_leaf(x, anywhere)) for x in leaves)]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
     def _load_or_compile(self, jitted, args, leaves, tree, devices, static):
-        path = self.entry(jitted, leaves, tree, devices, static) if self.root else None
+        digest = self._digest(jitted, leaves, tree, devices, static)
+        path = self.root / f"{digest}{SUFFIX}" if self.root else None
+        if digest in self._serialized:  # compiled (or read) here for another device
+            self.moved += 1
+            return _load_onto(self._serialized[digest], devices[0])
         if path is not None and path.exists():
             try:
-                blob, in_tree, out_tree = pickle.loads(path.read_bytes())
-                program = serialize_executable.deserialize_and_load(
-                    blob, in_tree, out_tree, backend=devices[0].client,
-                    execution_devices=list(devices))
+                data = path.read_bytes()
+                program = _load(data, devices)
                 self.loaded += 1
+                if len(devices) == 1:
+                    self._serialized[digest] = data
                 return program
             except Exception as e:  # noqa: BLE001 - a stale or broken entry: compile anew
                 log.warning("compiled program %s could not be loaded (%s: %s); compiling "
                             "it again", path, type(e).__name__, e)
-        if path is None:
+        if path is None and len(devices) > 1:  # in memory, and never moved: as jax does
             program = jitted.lower(*args, **static).compile()
         else:
             with _fresh_compile():
                 program = jitted.lower(*args, **static).compile()
-            self._write(path, program)
+            data = _serialize(program)
+            if data is not None and len(devices) == 1:
+                self._serialized[digest] = data
+            if data is not None and path is not None:
+                try:
+                    files.write_atomically(path, data)
+                except OSError as e:
+                    log.warning("compiled program not written to %s (%s)", path, e)
         self.compiled += 1
         return program
 
-    @staticmethod
-    def _write(path: Path, program) -> None:
-        try:
-            blob = pickle.dumps(serialize_executable.serialize(program))
-        except (ValueError, NotImplementedError, TypeError, pickle.PicklingError) as e:
-            log.info("compiled program not kept on disk (%s)", e)  # e.g. a backend without
-            return  # serialization: it stays in memory
-        try:
-            files.write_atomically(path, blob)
-        except OSError as e:
-            log.warning("compiled program not written to %s (%s)", path, e)
+
+def _serialize(program) -> bytes | None:
+    """The program's executable and trees as bytes; None where the backend cannot
+    serialize it (the program then stays in memory only)."""
+    try:
+        return pickle.dumps(serialize_executable.serialize(program))
+    except (ValueError, NotImplementedError, TypeError, pickle.PicklingError,
+            jax.errors.JaxRuntimeError) as e:  # e.g. "`LessThan` is not serializable"
+        log.info("compiled program not kept serialized (%s)", e)
+        return None
+
+
+def _load(data: bytes, devices: Sequence[jax.Device]):
+    """A program from :func:`_serialize`'s bytes, on ``devices``: a one-device program
+    on whichever device it is asked for, a mesh's on the devices it was compiled for."""
+    if len(devices) == 1:
+        return _load_onto(data, devices[0])
+    blob, in_tree, out_tree = pickle.loads(data)
+    return serialize_executable.deserialize_and_load(
+        blob, in_tree, out_tree, backend=devices[0].client, execution_devices=list(devices))
+
+
+class _Unpickler(pickle.Unpickler):
+    """Reads ``serialize_executable``'s pickle of a one-device program with every
+    device it names taken as ``device``, and the executable loaded for that device
+    (``deserialize_executable`` with its device assignment, as JAX's own cache loads an
+    entry compiled on another GPU)."""
+
+    def __init__(self, data: bytes, device: jax.Device):
+        super().__init__(io.BytesIO(data))
+        self.device = device
+
+    def persistent_load(self, pid):
+        kind = pid[0]
+        if kind == "exec":
+            options = xc.CompileOptions()
+            options.device_assignment = xc.DeviceAssignment.create(
+                np.array([[self.device.id]]))
+            return self.device.client.deserialize_executable(
+                pid[1], xc.DeviceList((self.device,)), options)
+        if kind == "device":
+            return self.device
+        if kind == "client":
+            return self.device.client
+        raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+
+
+def _load_onto(data: bytes, device: jax.Device):
+    """The one-device program of :func:`_serialize`'s bytes, loaded to run on ``device``
+    (whichever device it was compiled for)."""
+    blob, in_tree, out_tree = pickle.loads(data)
+    unloaded, args_info, no_kwargs = _Unpickler(blob, device).load()
+    return jax.stages.Compiled(unloaded.load(), [], in_tree.unflatten(args_info), out_tree,
+                               no_kwargs=no_kwargs)

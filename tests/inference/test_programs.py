@@ -12,6 +12,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jformer.config import ModelConfig
 from jformer.inference.programs import SUFFIX, ProgramStore, stable
@@ -68,6 +69,25 @@ def test_a_broken_entry_is_reported_compiled_again_and_rewritten(tmp_path, caplo
     np.testing.assert_allclose(got, program(*args(), power=2))
     assert ProgramStore(tmp_path).run(program, args(), devices, power=2) is not None
     assert entry.read_bytes() != b"not a program"
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_one_device_program_is_compiled_once_for_every_device(tmp_path, on_disk):
+    if len(jax.local_devices()) < 2:
+        pytest.skip("needs 2 local devices (tests/conftest.py asks for 8)")
+    first, second = jax.local_devices()[:2]
+    params, x = args()
+    store = ProgramStore(tmp_path if on_disk else None)
+    on = {d: store.run(program, (jax.device_put(params, d), x), [d], power=2)
+          for d in (first, second)}
+    assert (store.compiled, store.moved) == (1, 1)
+    assert [next(iter(y.devices())) for y in on.values()] == [first, second]
+    np.testing.assert_array_equal(on[first], on[second])
+    if on_disk:  # another process reads the one entry onto the device it asks for
+        later = ProgramStore(tmp_path)
+        got = later.run(program, (jax.device_put(params, second), x), [second], power=2)
+        assert (later.compiled, later.loaded) == (0, 1) and got.devices() == {second}
+        np.testing.assert_array_equal(got, on[first])
 
 
 def test_without_a_directory_programs_stay_in_memory(tmp_path):
