@@ -63,19 +63,20 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
                         "bfloat16 (bf16 weight matrices, activations and KV cache); "
                         "default: the run's decode.dtype")
     p.add_argument("--devices", type=int, default=None,
-                   help="decode each batch data-parallel over this many local devices; "
-                        "the batch size must be a multiple (on a CPU: its cores split "
-                        "into that many devices, one search each). Default: on a CPU, one "
-                        "device per core this process may use (the largest power of two "
-                        "of them that divides the batch size); on an accelerator, 1")
+                   help="decode on this many local devices, each taking whole batches "
+                        "in turn (on a CPU: its cores split into that many devices, one "
+                        "search each). Default: on a CPU, one device per core this "
+                        "process may use (the largest power of two of them that divides "
+                        "the batch size); on an accelerator, 1")
 
 
 def auto_cpu_devices(batch_size: int, cores: int | None = None) -> int:
     """--devices' default on a CPU: the largest power of two that is at most ``cores``
     (default: the cores this process may use) and divides ``batch_size``. XLA:CPU then
-    runs that many searches side by side, each on its share of the batch: on the 2-core
-    Zen 4, the Multi30k model's test2016 at beam 4 took 14.5 s end to end instead of
-    18.1 s, with the same output (docs/decoding.md)."""
+    runs that many searches side by side, each on whole batches (a server's, on its share
+    of each batch): on the 2-core Zen 4, the Multi30k model's test2016 at beam 4 took
+    14.5 s end to end instead of 18.1 s with the batches split, with the same output, and
+    less since they are not (jformer.inference.placement)."""
     import os
 
     if cores is None:

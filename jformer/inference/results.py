@@ -7,6 +7,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from jformer.inference.segment import Segmentation
+from jformer.search import DecodeResult, host_length_penalty
 
 
 class _Overlong(Exception):
@@ -89,3 +90,38 @@ def _best_combinations(scores: list[list[float]], n: int) -> list[tuple[int, ...
                     seen.add(nxt)
                     heapq.heappush(heap, (-total(nxt), nxt))
     return out
+
+
+def read_batch(out: DecodeResult, n: int, n_best: int, greedy_alpha: float,
+               tokenizer) -> list[list[Hypothesis]]:
+    """The n_best hypotheses of each of the first ``n`` rows (the real ones) of a decoded
+    batch, waiting for it if it still runs. ``greedy_alpha`` > 0: greedy search standing
+    in for beam size 1, whose scores are length-penalised here."""
+    tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
+    scores_NW = np.asarray(out.scores)[:n, :n_best].astype(np.float64)
+    lengths_NW = np.asarray(out.lengths)[:n, :n_best]
+    finished_NW = np.asarray(out.finished)[:n, :n_best]
+    if greedy_alpha > 0:
+        scores_NW = scores_NW / host_length_penalty(lengths_NW, greedy_alpha)
+    # [N, W, T] -> [N*W, T] for one batched decode call
+    texts = tokenizer.decode(tokens_NWT.reshape(-1, tokens_NWT.shape[-1]))
+    w = tokens_NWT.shape[1]
+    return [[Hypothesis(texts[r * w + j], float(scores_NW[r, j]),
+                        tokens_NWT[r, j, :lengths_NW[r, j]], bool(finished_NW[r, j]))
+             for j in range(w)] for r in range(n)]
+
+
+def sentence_results(encoded: list, hyps: list[list[Hypothesis]], n_best: int, eos_id: int,
+                     return_scores: bool) -> list:
+    """Per sentence of ``encoded`` (its pieces and their Segmentation, or None for one
+    piece): its hypotheses, a split one's pieces joined, as text unless
+    ``return_scores``; a list of n_best only when n_best > 1."""
+    results: list[list[Hypothesis]] = []
+    first = 0
+    for pieces, seg in encoded:
+        mine = hyps[first:first + len(pieces)]
+        first += len(pieces)
+        results.append(mine[0] if seg is None else join_hypotheses(seg, mine, n_best, eos_id))
+    if not return_scores:
+        results = [[h.text for h in one] for one in results]
+    return [r if n_best > 1 else r[0] for r in results]

@@ -12,7 +12,9 @@ the rows of a batch so its cache fits (:mod:`.memory`).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import os
 import warnings
 from typing import Any, Sequence
@@ -20,14 +22,13 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jformer import search
 from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
-from jformer.inference.batch_decode import (SearchSpec, decode_batch, decode_batch_parallel,
-                                            encode_and_init, make_step_fn, prepare)
-from jformer.inference import alignment, forced, html_format, memory, prefixes
+from jformer.inference.batch_decode import (CHUNK_SIZE, SearchSpec, encode_and_init,
+                                            make_step_fn, prepare)
+from jformer.inference import alignment, forced, html_format, memory, placement, prefixes
 from jformer.inference import compile_cache as xla_cache, programs
 from jformer.inference.constraints import (batch_constraints, encode_constraints,
                                            for_sources, phrase_ends)
@@ -38,8 +39,7 @@ from jformer.inference.restore import check_params, load_workdir
 from jformer.inference.settings import SearchSettings, check_positive_int
 from jformer.inference.sources import Pieces, Sources, split_sentence
 from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
-                                       join_hypotheses)
-from jformer.mesh import make_mesh
+                                       read_batch, sentence_results)
 from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.types import Array, PyTree
@@ -53,11 +53,14 @@ class Translator:
       tokenizer: the sentencepiece :class:`Tokenizer` the model was trained with.
       decode_cfg: search defaults, batch size, length buckets, overlong policy, memory
         limit.
-      chunk_size: decode steps between early-exit checks.
-      devices: decode each batch data-parallel over this many local devices
-        (:func:`decode_batch_parallel`; batch sizes must be multiples of it). On a CPU,
+      chunk_size: decode steps between early-exit checks (:data:`CHUNK_SIZE`).
+      devices: decode on this many local devices. On a CPU,
         ``jax.config.update("jax_num_cpu_devices", n)`` before jax starts makes n devices
         of its cores, one search each (``jformer translate --devices``).
+      parallel: how batches use the devices (:mod:`.placement`): "batches", each batch
+        whole on one device and the devices side by side (throughput: files), or
+        "split", each batch split over them (a single batch's latency: a server; batch
+        sizes must then be multiples of ``devices``).
       source_lang: the sources' language (ISO 639 code), for the sentence rules that
         split overlong sources.
       compile_cache: JAX's persistent compilation cache (:mod:`.compile_cache`): None
@@ -66,8 +69,9 @@ class Translator:
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, tokenizer: Tokenizer,
-                 decode_cfg: DecodeConfig | None = None, *, chunk_size: int = 8,
-                 devices: int = 1, source_lang: str = "en", compile_cache: str | None = None):
+                 decode_cfg: DecodeConfig | None = None, *, chunk_size: int = CHUNK_SIZE,
+                 devices: int = 1, parallel: str = "batches", source_lang: str = "en",
+                 compile_cache: str | None = None):
         tok_ids = (tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
         cfg_ids = (model_cfg.vocab_size, model_cfg.pad_id, model_cfg.bos_id, model_cfg.eos_id)
         if tok_ids != cfg_ids:
@@ -86,16 +90,17 @@ class Translator:
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.source_lang = source_lang
-        self.mesh = make_mesh(local[:devices]) if devices > 1 else None
         self.devices = local[:devices]  # the decode programs run here, kept compiled by:
         self.programs = programs.ProgramStore(self.compile_cache and f"{self.compile_cache}/programs")
-        # Once, not per batch; on one device (training may hand over mesh-replicated
-        # params, which would make every decode run once per device) or replicated over
-        # the decode devices.
-        self.params = jax.device_put(params, local[0] if self.mesh is None
-                                     else NamedSharding(self.mesh, P()))
         self.ops = resolve(model_cfg)  # model.ops, once
-        self.prepared = prepare(Transformer(model_cfg, self.ops), self.params)
+        # The params once, not per batch: on each device, or replicated over a mesh
+        # (training may hand over mesh-replicated params, which would make every decode
+        # run once per device).
+        self.placement = placement.place(
+            parallel, self.devices, params,
+            functools.partial(prepare, Transformer(model_cfg, self.ops)),
+            queue=not self.decode_cfg.memory_limit_bytes)
+        self.params, self.prepared = self.placement.params[0], self.placement.prepared[0]
         self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
 
     @classmethod
@@ -156,12 +161,12 @@ class Translator:
         return out
 
     def _rows_that_fit(self, batch_size: int, bucket: int, spec: SearchSpec) -> int:
-        """batch_size, or fewer sentences (a multiple of the devices): so that a decode
-        step on one device stays within the rows its prepared weights serve fastest
-        (``Ops.cache.rows_max``: the CPU kernels' packed products take 128 rows, so 32
-        sentences at beam 4), and each device's share of the cache fits
-        decode.memory_limit."""
-        devices = 1 if self.mesh is None else self.mesh.size
+        """batch_size, or fewer sentences (a multiple of the devices a batch is split
+        over): so that a decode step on one device stays within the rows its prepared
+        weights serve fastest (``Ops.cache.rows_max``: the CPU kernels' packed products
+        take 128 rows, so 32 sentences at beam 4), and each device's share of the cache
+        fits decode.memory_limit."""
+        devices = self.placement.rows_multiple
         beam = spec.beam_size if spec.method == "beam" else 1
         fast = self.ops.cache.rows_max(self.prepared)
         if fast is not None:
@@ -260,8 +265,8 @@ class Translator:
                 sources.ids[i] = np.array([self.model_cfg.eos_id], np.int32)
         hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first,
                                     first, beta, cons)
-        results = self._results(encoded, hyps, settings.n_best,
-                                return_scores or return_alignments)
+        results = sentence_results(encoded, hyps, settings.n_best, self.model_cfg.eos_id,
+                                   return_scores or return_alignments)
         return alignment.attach(self, sentences, results) if return_alignments else results
 
     def score(self, sources: Sequence[str], targets: Sequence[str],
@@ -292,8 +297,9 @@ class Translator:
         """``batch_size`` (default: decode.batch_size), checked against the devices."""
         batch_size = self.decode_cfg.batch_size if batch_size is None else batch_size
         check_positive_int("batch_size", batch_size)
-        if self.mesh is not None and batch_size % self.mesh.size:
-            raise ValueError(f"batch_size must be a multiple of devices={self.mesh.size} "
+        split = self.placement.rows_multiple
+        if batch_size % split:
+            raise ValueError(f"batch_size must be a multiple of devices={split} "
                              f"(each device decodes an equal share); got {batch_size}")
         return batch_size
 
@@ -318,10 +324,23 @@ class Translator:
 
         empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
         hyps: list[list[Hypothesis]] = [[empty] for _ in sources.ids]
-        devices = 1 if self.mesh is None else self.mesh.size
-        for bucket, idx in plan_batches(sources.ids, self.buckets, rows_for):
-            rows = padded_rows(len(idx), caps[bucket], devices)
-            keys = sources.batch_keys(idx, rows, key_data, fold_first)
+        split = self.placement.rows_multiple
+        plan = [(bucket, idx, padded_rows(len(idx), rows_for(bucket), split))
+                for bucket, idx in plan_batches(sources.ids, self.buckets, rows_for)]
+        # Every batch's keys before any batch runs: keys computed while the devices
+        # decode would wait for them, and so would the batch they were for.
+        batch_keys = [sources.batch_keys(idx, rows, key_data, fold_first)
+                      for _, idx, rows in plan]
+        running: collections.deque = collections.deque()  # launched, not yet read
+
+        def read_oldest() -> None:
+            idx, out, spec = running.popleft()
+            greedy_alpha = settings.penalty_alpha if spec.method == "greedy" else 0.0
+            for i, h in zip(idx, read_batch(out, len(idx), settings.n_best, greedy_alpha,
+                                            self.tokenizer)):
+                hyps[i] = h
+
+        for index, ((bucket, idx, rows), keys) in enumerate(zip(plan, batch_keys)):
             batch_prefix = [prefix_ids[i] for i in idx]
             prefixes.check_fits(batch_prefix, sources.owner[idx], specs[bucket].max_len)
             prefix_BP = prefixes.batch_prefixes(batch_prefix, rows)
@@ -330,11 +349,14 @@ class Translator:
             cons_BCL, spec = batch_constraints(
                 [phrases[i] for i in idx], sources.owner[idx], rows, spec, settings.beam_size,
                 settings.n_best, self.decode_cfg.eos_candidates)
-            decoded = self._decode([sources.ids[i] for i in idx], bucket, rows, spec,
-                                   keys, settings.penalty_alpha, settings.temperature,
-                                   settings.n_best, prefix_BP, beta or 0.0, cons_BCL)
-            for i, h in zip(idx, decoded):
-                hyps[i] = h
+            while len(running) >= self.placement.in_flight:
+                read_oldest()
+            running.append((idx, self._launch(index, [sources.ids[i] for i in idx], bucket,
+                                              rows, spec, keys, settings.penalty_alpha,
+                                              settings.temperature, prefix_BP, beta or 0.0,
+                                              cons_BCL), spec))
+        while running:
+            read_oldest()
         return hyps
 
     def output_positions(self, bucket: int, max_len: int | None) -> int:
@@ -344,26 +366,13 @@ class Translator:
             return output_len(bucket, self.model_cfg, self.decode_cfg, self.chunk_size)
         return min(max_len, self.model_cfg.max_len)
 
-    def _results(self, encoded: list[Pieces], hyps: list[list[Hypothesis]], n_best: int,
-                 return_scores: bool) -> list:
-        """Per sentence: its hypotheses (a split one's pieces joined), as text unless
-        ``return_scores``; a list of n_best only when n_best > 1."""
-        results: list[list[Hypothesis]] = []
-        first = 0
-        for pieces, seg in encoded:
-            mine = hyps[first:first + len(pieces)]
-            first += len(pieces)
-            results.append(mine[0] if seg is None
-                           else join_hypotheses(seg, mine, n_best, self.model_cfg.eos_id))
-        if not return_scores:
-            results = [[h.text for h in one] for one in results]
-        return [r if n_best > 1 else r[0] for r in results]
-
-    def _decode(self, rows: list[np.ndarray], bucket: int, batch_size: int, spec: SearchSpec,
-                rng: Array, alpha: float, temperature: float, n_best: int,
+    def _launch(self, index: int, rows: list[np.ndarray], bucket: int, batch_size: int,
+                spec: SearchSpec, rng: Array, alpha: float, temperature: float,
                 prefix_BP: np.ndarray | None = None, beta: float = 0.0,
-                cons_BCL: np.ndarray | None = None) -> list[list[Hypothesis]]:
-        """Decodes one batch (rows padded to [batch_size, bucket]); n_best per real row."""
+                cons_BCL: np.ndarray | None = None) -> search.DecodeResult:
+        """Starts decoding batch ``index`` of a call (rows padded to [batch_size,
+        bucket]) where :mod:`.placement` puts it; returns its output unread (jax runs it
+        asynchronously)."""
         cfg = self.model_cfg
         inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
         inputs_BS[len(rows):, 0] = cfg.eos_id  # dummy rows: an empty source
@@ -373,24 +382,8 @@ class Translator:
         # Traced float32 scalars: another alpha or temperature reuses the compiled search.
         knobs = (np.float32(alpha), np.float32(temperature), prefix_BP, np.float32(beta),
                  cons_BCL, None if cons_BCL is None else phrase_ends(self.tokenizer))
-        jitted, mesh = ((decode_batch, {}) if self.mesh is None
-                        else (decode_batch_parallel, {"mesh": self.mesh}))
-        out = self.programs.run(jitted, (self.params, self.prepared, inputs_BS, valid_B, rng,
-                                         *knobs), self.devices, model_cfg=cfg, ops=self.ops,
-                                spec=spec, **mesh)
-        n = len(rows)
-        tokens_NWT = np.asarray(out.tokens)[:n, :n_best]
-        scores_NW = np.asarray(out.scores)[:n, :n_best].astype(np.float64)
-        lengths_NW = np.asarray(out.lengths)[:n, :n_best]
-        finished_NW = np.asarray(out.finished)[:n, :n_best]
-        if spec.method == "greedy" and alpha > 0:  # standing in for beam 1: penalise
-            scores_NW = scores_NW / search.host_length_penalty(lengths_NW, alpha)
-        # [N, W, T] -> [N*W, T] for one batched decode call
-        texts = self.tokenizer.decode(tokens_NWT.reshape(-1, tokens_NWT.shape[-1]))
-        w = tokens_NWT.shape[1]
-        return [[Hypothesis(texts[r * w + j], float(scores_NW[r, j]),
-                            tokens_NWT[r, j, :lengths_NW[r, j]], bool(finished_NW[r, j]))
-                 for j in range(w)] for r in range(n)]
+        return self.placement.launch(self.programs, index, (inputs_BS, valid_B, rng, *knobs),
+                                     model_cfg=cfg, ops=self.ops, spec=spec)
 
     def step_fn(self, inputs_BS: Array, max_len: int) -> tuple[search.StepFn, PyTree]:
         """(step_fn, state) over the cache for source ids [B, S], as the searches use it."""

@@ -53,7 +53,9 @@ from jax import export
 from jformer.config import EOS_CANDIDATES, DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
-from jformer.inference.batch_decode import SearchSpec, decode_program
+# CHUNK_SIZE: the Translator's default, which also rounds the output-length rule
+# (output_len), so it is the same here for equal outputs.
+from jformer.inference.batch_decode import CHUNK_SIZE, SearchSpec, decode_program
 from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.inference.buckets import output_len, source_buckets
@@ -68,9 +70,6 @@ FORMAT, FORMAT_VERSION = "jformer-jax-export", 1
 MANIFEST, PARAMS, TOKENIZER = "manifest.json", "params.npz", "spm.model"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's lowering platforms
 METHODS = ("greedy", "beam")
-# Decode steps between early-exit checks: the Translator's default, which also rounds the
-# output-length rule (output_len), so it must be the same for equal outputs.
-CHUNK_SIZE = 8
 _SEP = "/"
 
 

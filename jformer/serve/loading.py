@@ -52,6 +52,9 @@ class ModelSource:
             source, target = self.languages.source, self.languages.target
         translator = Translator.from_checkpoint(self.workdir, self.checkpoint_dir,
                                                 self.step, devices=self.devices,
+                                                # a request's group is one batch: split
+                                                # over the devices, it finishes sooner
+                                                parallel="split",
                                                 source_lang=source)
         directory = self.checkpoint_dir or files.checkpoint_dir(self.workdir)
         info = describe(translator, source_lang=source, target_lang=target,

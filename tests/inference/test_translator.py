@@ -38,7 +38,7 @@ from jformer.workdir import checkpoint, files
 CORPUS = demo.generate_pairs(0, 300, 0, 0)["train"]
 DECODE = DecodeConfig(beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=4, batch_size=4,
                       length_buckets=(16, 32), overlong="truncate")
-CHUNK = 8  # the Translator's default, so the CLI tests share its programs
+CHUNK = batch_decode.CHUNK_SIZE  # the Translator's default: the CLI tests share its programs
 SHORT = ["Five.", "I see two apples.", "", "The number is three.", "It is late.",
          "We need one car.", "Hello"]  # all in the 16-token bucket
 
@@ -176,14 +176,16 @@ def test_batch_equals_sentences_one_by_one_in_input_order(translator, beam_size)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("devices", [2, 4])
-def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
+@pytest.mark.parametrize("devices,parallel_", [(2, "split"), (4, "split"), (3, "batches")])
+def test_decoding_on_several_devices_equals_one_device(setup, translator, devices,
+                                                       parallel_):
     if len(jax.local_devices()) < devices:
         pytest.skip(f"needs {devices} local devices (tests/conftest.py asks for 8)")
     cfg, params, tok = setup
-    parallel = Translator(cfg, params, tok, DECODE, devices=devices)
-    assert parallel.mesh.size == devices
-    for kwargs in (dict(beam_size=3, n_best=2), dict(method="greedy")):
+    parallel = Translator(cfg, params, tok, DECODE, devices=devices, parallel=parallel_)
+    assert parallel.placement.devices == jax.local_devices()[:devices]
+    for kwargs in (dict(beam_size=3, n_best=2, batch_size=devices), dict(method="greedy")):
+        # SHORT's sentences make several batches of `devices`: split, or taken in turn
         want = translator.translate(SHORT, return_scores=True, **kwargs)
         got = parallel.translate(SHORT, return_scores=True, **kwargs)
         if "n_best" in kwargs:
@@ -197,10 +199,17 @@ def test_data_parallel_decoding_equals_one_device(setup, translator, devices):
     assert first == translator.translate(SHORT, method="sample", temperature=2.0,
                                          rng=jax.random.key(1))
     assert sample(rng=jax.random.key(2)) != first
-    with pytest.raises(ValueError, match=f"batch_size must be a multiple of devices={devices}"):
-        parallel.translate(SHORT, batch_size=devices + 1)
+    if parallel_ == "split":
+        with pytest.raises(ValueError,
+                           match=f"batch_size must be a multiple of devices={devices}"):
+            parallel.translate(SHORT, batch_size=devices + 1)
+    else:  # every batch runs whole on one device; one program serves them all
+        assert parallel.translate(SHORT, batch_size=devices + 1) == translator.translate(
+            SHORT, batch_size=devices + 1)
     with pytest.raises(ValueError, match="devices must be an int in"):
         Translator(cfg, params, tok, DECODE, devices=len(jax.local_devices()) + 1)
+    with pytest.raises(ValueError, match="parallel must be one of"):
+        Translator(cfg, params, tok, DECODE, devices=2, parallel="mesh")
 
 
 def test_alpha_and_temperature_sweeps_reuse_the_compiled_search(translator):
