@@ -1,0 +1,49 @@
+"""jformer/inference/placement.py: side by side, batches go to the devices in turn with a
+second one queued on each (none under a memory limit), on each device's own params copy;
+split, each batch spans a mesh; a bad name is refused."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jformer.inference import placement
+
+PARAMS = {"w": jnp.arange(6.0).reshape(2, 3)}
+
+
+def prepare(params):
+    return {"w_T": params["w"].T}
+
+
+def devices(n):
+    local = jax.local_devices()
+    if len(local) < n:
+        pytest.skip(f"needs {n} local devices (tests/conftest.py asks for 8)")
+    return local[:n]
+
+
+@pytest.mark.parametrize("queue,in_flight", [(True, 6), (False, 3)])
+def test_side_by_side_puts_a_params_copy_on_each_device(queue, in_flight):
+    three = devices(3)
+    placed = placement.place("batches", three, PARAMS, prepare, queue=queue)
+    assert isinstance(placed, placement.SideBySide)
+    assert (placed.rows_multiple, placed.in_flight) == (1, in_flight)
+    for device, params, prepared in zip(three, placed.params, placed.prepared):
+        assert params["w"].devices() == {device} == prepared["w_T"].devices()
+        np.testing.assert_array_equal(prepared["w_T"], PARAMS["w"].T)
+
+
+def test_split_spans_a_mesh_and_one_device_is_side_by_side():
+    two = devices(2)
+    split = placement.place("split", two, PARAMS, prepare, queue=True)
+    assert isinstance(split, placement.Split)
+    assert (split.rows_multiple, split.in_flight) == (2, 1)
+    assert split.params[0]["w"].sharding.device_set == set(two)
+    alone = placement.place("split", two[:1], PARAMS, prepare, queue=True)
+    assert isinstance(alone, placement.SideBySide) and alone.in_flight == 2
+
+
+def test_an_unknown_placement_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"parallel must be one of \('batches', 'split'\); "
+                                         r"got 'mesh'"):
+        placement.place("mesh", devices(1), PARAMS, prepare, queue=True)
