@@ -5,7 +5,8 @@
     Translator(cfg.model, params, tokenizer, cfg.decode)        # in memory (validation BLEU)
 
 Sentences are encoded, grouped into length buckets and batches (:mod:`.buckets`),
-decoded one compiled batch at a time (:mod:`.batch_decode`) and returned in input order.
+decoded by compiled batch programs (:mod:`.batch_decode`) on the devices, which take
+whole batches in turn or split each one (:mod:`.placement`), and returned in input order.
 A sentence longer than model.max_len is cut into pieces that fit (:mod:`.segment`;
 ``decode.overlong``), whose translations are joined back; ``decode.memory_limit`` caps
 the rows of a batch so its cache fits (:mod:`.memory`).
