@@ -172,8 +172,14 @@ class ProgramStore:
         digest = self._digest(jitted, leaves, tree, devices, static)
         path = self.root / f"{digest}{SUFFIX}" if self.root else None
         if digest in self._serialized:  # compiled (or read) here for another device
-            self.moved += 1
-            return _load_onto(self._serialized[digest], devices[0])
+            try:
+                program = _load_onto(self._serialized[digest], devices[0])
+                self.moved += 1
+                return program
+            except Exception as e:  # noqa: BLE001 - e.g. another jax's pickle format
+                log.warning("compiled program could not be loaded onto %s (%s: %s); "
+                            "compiling it for that device", devices[0], type(e).__name__, e)
+                del self._serialized[digest]  # the other devices compile theirs too
         if path is not None and path.exists():
             try:
                 data = path.read_bytes()

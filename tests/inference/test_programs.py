@@ -5,6 +5,7 @@ already held it."""
 import functools
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -88,6 +89,26 @@ def test_a_one_device_program_is_compiled_once_for_every_device(tmp_path, on_dis
         got = later.run(program, (jax.device_put(params, second), x), [second], power=2)
         assert (later.compiled, later.loaded) == (0, 1) and got.devices() == {second}
         np.testing.assert_array_equal(got, on[first])
+
+
+def test_a_program_that_cannot_be_moved_is_compiled_for_its_device(monkeypatch, caplog):
+    if len(jax.local_devices()) < 2:
+        pytest.skip("needs 2 local devices (tests/conftest.py asks for 8)")
+    from jformer.inference import programs
+
+    def broken(data, device):
+        raise pickle.UnpicklingError("unknown persistent id 'exec2'")
+
+    monkeypatch.setattr(programs, "_load_onto", broken)
+    first, second = jax.local_devices()[:2]
+    params, x = args()
+    store = ProgramStore(None)
+    want = store.run(program, (jax.device_put(params, first), x), [first], power=2)
+    with caplog.at_level(logging.WARNING, logger="jformer.inference.programs"):
+        got = store.run(program, (jax.device_put(params, second), x), [second], power=2)
+    assert (store.compiled, store.moved) == (2, 0) and "could not be loaded onto" in caplog.text
+    assert got.devices() == {second}
+    np.testing.assert_array_equal(got, want)
 
 
 def test_without_a_directory_programs_stay_in_memory(tmp_path):
