@@ -149,13 +149,9 @@ class ProgramStore:
                                                                   devices, static)
         return program(*args)
 
-    def entry(self, jitted: Callable, leaves: list, tree, devices: Sequence[jax.Device],
-              static: dict) -> Path:
-        """The file that holds (or will hold) this program."""
-        return self.root / f"{self._digest(jitted, leaves, tree, devices, static)}{SUFFIX}"
-
     @staticmethod
     def _digest(jitted, leaves, tree, devices, static) -> str:
+        """The program's key on disk (its file: ``<root>/<digest>.jfprog``)."""
         backend, anywhere = devices[0].client, len(devices) == 1
         parts = [source_digest(), jax.__version__, jaxlib.__version__, backend.platform,
                  backend.platform_version,

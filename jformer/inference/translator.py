@@ -91,14 +91,14 @@ class Translator:
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.source_lang = source_lang
-        self.devices = local[:devices]  # the decode programs run here, kept compiled by:
+        # the decode programs, kept compiled by:
         self.programs = programs.ProgramStore(self.compile_cache and f"{self.compile_cache}/programs")
         self.ops = resolve(model_cfg)  # model.ops, once
         # The params once, not per batch: on each device, or replicated over a mesh
         # (training may hand over mesh-replicated params, which would make every decode
-        # run once per device).
+        # run once per device); the devices are the placement's.
         self.placement = placement.place(
-            parallel, self.devices, params,
+            parallel, local[:devices], params,
             functools.partial(prepare, Transformer(model_cfg, self.ops)),
             queue=not self.decode_cfg.memory_limit_bytes)
         self.params, self.prepared = self.placement.params[0], self.placement.prepared[0]
