@@ -1,7 +1,8 @@
 """POST /v1/translate/stream: one line's translation as server-sent events, as it grows.
 
 The body is /v1/translate's, for one line of text (``q`` a string without line breaks;
-n_best 1, no scores, no target_prefix). The answer is ``text/event-stream``:
+n_best 1; no scores, target_prefix, prefix_bias_beta, alignments, constraints or
+format "html": each is a 422 naming it). The answer is ``text/event-stream``:
 
     data: {"text": "Ich "}                 greedy / sample: text added (joined: the result)
     data: {"best": "Ich sehe einen"}       beam: the best hypothesis so far (may change)
@@ -58,12 +59,17 @@ async def translate_stream(request: Request) -> StreamingResponse:
 
 def _check_one_line(req: TranslateRequest) -> None:
     """422 for what a stream does not do: several texts or lines, n_best, scores,
-    target prefixes."""
+    target prefixes (forced or biased), alignments, constraints, HTML. A field it cannot
+    honour is refused by name, never ignored."""
     if not isinstance(req.q, str) or LINE_BREAK.search(req.q):
         raise ApiError(422, "q: one line of text (a string without line breaks) for a "
                             "stream", field="q")
     for field, value, default in (("n_best", req.n_best, 1), ("scores", req.scores, False),
-                                  ("target_prefix", req.target_prefix, None)):
+                                  ("target_prefix", req.target_prefix, None),
+                                  ("prefix_bias_beta", req.prefix_bias_beta, None),
+                                  ("alignments", req.alignments, False),
+                                  ("constraints", req.constraints, None),
+                                  ("format", req.format, "text")):
         if value != default:
             raise ApiError(422, f"{field}: not supported by /v1/translate/stream",
                            field=field)

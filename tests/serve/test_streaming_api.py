@@ -85,6 +85,10 @@ def test_errors_before_the_stream_are_json_naming_the_field(client):
                  "invalid_request", "n_best")
     assert_error(post(client, {"q": "a", "target_prefix": "Ich"}, STREAM), 422,
                  "invalid_request", "target_prefix")
+    for field, value in (("prefix_bias_beta", 0.5), ("alignments", True),
+                         ("constraints", ["Hund"]), ("format", "html")):
+        assert_error(post(client, {"q": "a", field: value}, STREAM), 422, "invalid_request",
+                     field, "not supported by /v1/translate/stream")
     assert_error(post(client, {"q": "a", "beam_size": 99}, STREAM), 422,
                  "invalid_request", "beam_size", "--max-beam")
     assert_error(post(client, {"q": "a", "method": "nucleus"}, STREAM), 422,
