@@ -24,6 +24,7 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+from jformer.data.alignments import to_moses  # noqa: E402
 from jformer.inference.attention_maps import attention_weights  # noqa: E402
 from jformer.serve import ServeLimits, create_app  # noqa: E402
 from jformer.serve.loading import describe  # noqa: E402
@@ -121,3 +122,52 @@ def test_stream_shows_each_lines_translation_as_it_is_decoded(server, browser, t
     assert "first text" in browser.find_element(By.ID, "meta").text
     assert not browser.find_element(By.ID, "error").is_displayed()
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+@pytest.mark.slow  # ~10 s; the options themselves: tests/serve/test_*_api.py
+def test_steer_with_a_prefix_terms_and_alignments(server, browser, translator):
+    lines = [SENTENCES[0], SENTENCES[3]]
+    wait = WebDriverWait(browser, 120)
+    browser.get(server + "/")
+    wait.until(lambda d: d.find_element(By.ID, "translate").is_enabled())
+    browser.find_element(By.ID, "source").send_keys("\n".join(lines))
+    browser.find_element(By.CSS_SELECTOR, "#steer summary").click()
+    browser.find_element(By.ID, "prefix").send_keys("Wir")  # line 1's; line 2 has none
+    browser.find_element(By.ID, "terms").send_keys("Auto")
+    browser.find_element(By.ID, "align").click()
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: d.find_element(By.ID, "details").is_displayed()
+               or d.find_element(By.ID, "error").is_displayed())
+    assert not browser.find_element(By.ID, "error").is_displayed(), \
+        browser.find_element(By.ID, "error").text
+    want = translator.translate(lines, beam_size=2, target_prefix=["Wir", None],
+                                constraints=[["Auto"], ["Auto"]], return_alignments=True)
+    got = browser.find_element(By.ID, "result").text.split("\n")
+    assert got == [h.text for h in want]
+    assert got[0].startswith("Wir") and all("Auto" in text for text in got)
+    items = browser.find_elements(By.CSS_SELECTOR, "#details li")
+    assert [(float(i.get_attribute("data-score")), i.get_attribute("data-alignment"))
+            for i in items] == [(pytest.approx(h.score, abs=1e-4), to_moses(h.alignment))
+                                for h in want]
+    assert not browser.find_element(By.ID, "error").is_displayed()
+
+    # A prefix on a line the source does not have, and a stream with terms: errors that
+    # name the field, shown on the page (once the call, attention included, is over).
+    wait.until(lambda d: d.find_element(By.ID, "translate").is_enabled())
+    browser.find_element(By.ID, "prefix").send_keys("\n\nDas")
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "target prefix: line 3 has a prefix but the source has 2 line(s)" in \
+        browser.find_element(By.ID, "error").text
+    wait.until(lambda d: d.find_element(By.ID, "translate").is_enabled())
+    browser.find_element(By.ID, "prefix").clear()
+    browser.find_element(By.ID, "align").click()
+    browser.find_element(By.ID, "stream").click()
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: "constraints" in d.find_element(By.ID, "error").text)
+    assert "422: constraints: not supported by /v1/translate/stream" in \
+        browser.find_element(By.ID, "error").text
+    # No script error: the one severe entry is the browser logging that refused request.
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert [(e["source"], "/v1/translate/stream" in e["message"] and "422" in e["message"])
+            for e in severe] == [("network", True)], severe

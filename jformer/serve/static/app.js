@@ -44,6 +44,50 @@ async function waitUntilReady() {
   }
 }
 
+// ------------------------------------------------------------------ steering
+const splitLines = (text) => text.split(/\r\n|\r|\n/);
+
+// The request fields of the "Steer" panel for these source lines: target_prefix (one per
+// line), prefix_bias_beta, constraints (the same terms for every non-blank line), format
+// and alignments. The server checks every value and answers a 422 naming the field.
+function steering(lines) {
+  const fields = {};
+  const prefixes = splitLines($("prefix").value);
+  if (prefixes.some((p) => p.trim() !== "")) {
+    const last = prefixes.map((p) => p.trim() !== "").lastIndexOf(true);
+    if (last >= lines.length) {
+      throw new Error(`target prefix: line ${last + 1} has a prefix but the source has ` +
+                      `${lines.length} line(s)`);
+    }
+    fields.target_prefix = lines.map((_, i) => (prefixes[i] || "").trim() || null);
+  }
+  if ($("prefix-bias").value !== "") fields.prefix_bias_beta = Number($("prefix-bias").value);
+  const terms = splitLines($("terms").value).map((t) => t.trim()).filter((t) => t !== "");
+  if (terms.length) fields.constraints = lines.map((line) => (line.trim() ? terms : null));
+  if ($("html").checked) fields.format = "html";
+  if ($("align").checked) fields.alignments = true;
+  return fields;
+}
+
+// Per line: its score and Moses i-j alignment (source word i - output word j).
+function showDetails(hypotheses) {
+  const list = $("details");
+  list.replaceChildren(...hypotheses.map((h) => {
+    const item = document.createElement("li");
+    if (h === null || typeof h === "string") {
+      item.textContent = "blank";
+      return item;
+    }
+    item.dataset.score = h.score;
+    item.dataset.alignment = h.alignment ?? "";
+    const code = document.createElement("code");
+    code.textContent = h.alignment ?? "";
+    item.append(`score ${h.score.toFixed(3)}${h.finished ? "" : " (cut at max_len)"} · `, code);
+    return item;
+  }));
+  list.hidden = hypotheses.length === 0;
+}
+
 // ------------------------------------------------------------------ translation
 async function translate() {
   const text = $("source").value;
@@ -54,17 +98,25 @@ async function translate() {
   const button = $("translate");
   button.disabled = true;
   $("error").hidden = true;
+  $("details").hidden = true;
   const started = performance.now();
   try {
+    const lines = splitLines(text);
+    const steer = steering(lines);
+    // A text per line when a field goes with lines; HTML alone stays one text (tags span lines).
+    const perLine = Object.keys(steer).some((k) => k !== "format");
+    Object.assign(request, steer, perLine ? { q: lines } : {});
     if ($("stream").checked) {
       await translateStreaming(text, request, started);
     } else {
       const data = await api("/v1/translate", request);
-      $("result").textContent = data.translations[0];
+      const best = data.translations.map((t) => (Array.isArray(t) ? t[0] : t));
+      $("result").textContent = best.map((h) => (typeof h === "string" ? h : h.text)).join("\n");
+      if (request.alignments) showDetails(best);
       const ms = Math.round(performance.now() - started);
       $("meta").textContent = `${ms} ms` + (data.seed !== undefined ? ` · seed ${data.seed}` : "");
     }
-    state.lines = text.split(/\r\n|\r|\n/).filter((line) => line.trim() !== "");
+    state.lines = splitLines(text).filter((line) => line.trim() !== "");
     fillSelect($("att-line"), state.lines.map((line, i) =>
       [i, line.length > 60 ? line.slice(0, 57) + "…" : line]));
     if (state.lines.length) await showAttention(state.lines[0]);
@@ -79,7 +131,7 @@ async function translate() {
 // ------------------------------------------------------------------ streaming
 // Each non-blank line streams on its own (a line samples with the seed as line 0 does).
 async function translateStreaming(text, request, started) {
-  const lines = text.split(/\r\n|\r|\n/);
+  const lines = splitLines(text);
   const shown = lines.map(() => "");
   let first = null, seed;
   const meta = $("meta");
