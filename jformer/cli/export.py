@@ -77,6 +77,16 @@ def _jax_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--platforms", type=_names, default=("cpu",), metavar="P,P,...",
                    help="platforms to lower for: cpu, cuda, rocm, tpu (default: cpu); "
                         "no such device is needed to export")
+    p.add_argument("--prefix-len", type=int, default=None, metavar="P",
+                   help="the programs take target prefixes of up to P tokens (prefix_BP "
+                        "int32 [batch, P], -1 past each; outputs begin with them)")
+    p.add_argument("--prefix-bias", action="store_true",
+                   help="with --prefix-len: the prefixes bias the search by a prefix_beta "
+                        "argument in (0, 1) instead of being forced")
+    p.add_argument("--constraints", type=_ints, default=None, metavar="C,L",
+                   help="the programs take lexical constraints, C phrases of up to L "
+                        "tokens per sentence (constraints_BCL int32 [batch, C, L], -1 "
+                        "padding); each output contains its phrases (--method beam)")
     p.add_argument("--force", action="store_true", help="replace an existing --out directory")
 
 
@@ -87,9 +97,20 @@ def _jax_run(args: argparse.Namespace) -> None:
         args.workdir, args.out, checkpoint_dir=args.checkpoint, step=args.step,
         force=args.force, buckets=args.buckets, batch_rows=args.batch, method=args.method,
         beam_size=args.beam, alpha=args.alpha, max_len=args.max_len,
-        platforms=args.platforms)
+        platforms=args.platforms, prefix_len=args.prefix_len,
+        prefix_bias=args.prefix_bias or None, **_constraint_settings(args.constraints))
     print(f"exported {args.workdir} to {out} (jax.export, {args.method}, platforms "
           f"{','.join(args.platforms)})")
+
+
+def _constraint_settings(counts: tuple[int, ...] | None) -> dict:
+    """--constraints C,L as ExportSettings fields (checked there)."""
+    if counts is None:
+        return {}
+    if len(counts) != 2:
+        raise ValueError(f"--constraints must be two ints C,L (phrases per sentence, "
+                         f"tokens per phrase); got {','.join(map(str, counts))}")
+    return {"constraint_count": counts[0], "constraint_len": counts[1]}
 
 
 def _languages(p: argparse.ArgumentParser) -> None:

@@ -14,7 +14,8 @@ The directory holds
 - ``<platform>/bucket_<S>.jaxexport``: one ``jax.export`` serialization per platform and
   source bucket S of
 
-      program(params, inputs_BS, alpha) -> (tokens_BT, scores_B, finished_B)
+      program(params, inputs_BS, alpha[, prefix_BP[, prefix_beta]][, constraints_BCL])
+          -> (tokens_BT, scores_B, finished_B)
 
   params: the dict of ``params.npz``. The parameters are an argument, not constants: the
   programs hold no weights, and any checkpoint of the same model config runs through
@@ -25,6 +26,15 @@ The directory holds
   hypothesis, its EOS included, PAD after it (sentencepiece's decode drops PAD and EOS);
   scores_B: float32 its score (log-prob, GNMT-penalised under beam search); finished_B:
   bool, it ended in EOS.
+
+  Steering, where the export was asked for it (``manifest.json``'s ``call`` names the
+  arguments): prefix_BP: int32 [batch_rows, prefix_len], each row's target prefix
+  (target ids, no BOS or EOS), -1 past its end (a row of -1: none); every output begins
+  with its prefix (``--prefix-len``), or, with ``--prefix-bias``, leans towards it by
+  prefix_beta: float32 [] in (0, 1) (CTranslate2's ``prefix_bias_beta``).
+  constraints_BCL: int32 [batch_rows, C, L], each row's target phrases (-1 padding; a row
+  of -1: none), each of which its output contains (``--constraints C,L``: beam search
+  with dynamic beam allocation; a phrase ends at a word boundary).
 
 Each program is :meth:`Translator.translate`'s batch for its bucket: :func:`decode_batch`
 (encoder, cross K/V once per source, cache, greedy or beam search) with the SearchSpec
@@ -50,17 +60,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export
 
-from jformer.config import EOS_CANDIDATES, DecodeConfig, ModelConfig
+from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
-# CHUNK_SIZE: the Translator's default, which also rounds the output-length rule
-# (output_len), so it is the same here for equal outputs.
-from jformer.inference.batch_decode import CHUNK_SIZE, SearchSpec, decode_program
+from jformer.inference.batch_decode import decode_program
 from jformer.model import Transformer
 from jformer.ops import resolve
-from jformer.inference.buckets import output_len, source_buckets
+from jformer.inference.constraints import phrase_ends
 from jformer.inference.precision import decoding_config
 from jformer.interop.exports import output_directory, read_workdir
+from jformer.interop.jax_export_settings import ExportSettings, default_settings
 from jformer.interop.model_card import write_card
 from jformer.search import length_penalty
 from jformer.types import Array, PyTree
@@ -68,90 +77,7 @@ from jformer.workdir import files
 
 FORMAT, FORMAT_VERSION = "jformer-jax-export", 1
 MANIFEST, PARAMS, TOKENIZER = "manifest.json", "params.npz", "spm.model"
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's lowering platforms
-METHODS = ("greedy", "beam")
 _SEP = "/"
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportSettings:
-    """What the export holds: source buckets, rows per batch, search and platforms.
-
-    ``max_len``: every bucket's output length (None: ``decode.max_len_a * S +
-    max_len_b``, rounded up to CHUNK_SIZE and capped at model.max_len, as the Translator
-    does). ``method="beam"`` with ``beam_size=1`` is greedy search with the beam's
-    length-penalised score, as in the Translator.
-    """
-
-    buckets: tuple[int, ...]
-    batch_rows: int = 8
-    method: str = "beam"
-    beam_size: int = 4
-    alpha: float = 0.6
-    max_len: int | None = None
-    platforms: tuple[str, ...] = ("cpu",)
-    eos_candidates: str = "all"  # beam: decode.eos_candidates of the run
-
-    def check(self, model_cfg: ModelConfig) -> None:
-        """Raises ValueError naming the command-line option of a value that cannot hold."""
-        b = self.buckets
-        if not (b and all(_positive(x) for x in b) and list(b) == sorted(set(b))):
-            raise ValueError(f"--buckets must be increasing positive ints; got {list(b)}")
-        if b[-1] > model_cfg.max_len:
-            raise ValueError(f"--buckets: {b[-1]} is more than the model's positions "
-                             f"(model.max_len={model_cfg.max_len})")
-        for option, value in (("--batch", self.batch_rows), ("--beam", self.beam_size)):
-            if not _positive(value):
-                raise ValueError(f"{option} must be a positive int; got {value!r}")
-        if self.method not in METHODS:
-            raise ValueError(f"--method must be one of {METHODS}; got {self.method!r}")
-        if not (isinstance(self.alpha, (int, float)) and np.isfinite(self.alpha)
-                and self.alpha >= 0):
-            raise ValueError(f"--alpha must be a finite number >= 0; got {self.alpha!r}")
-        if self.max_len is not None and not (_positive(self.max_len)
-                                             and self.max_len <= model_cfg.max_len):
-            raise ValueError(f"--max-len must be an int in [1, model.max_len="
-                             f"{model_cfg.max_len}]; got {self.max_len!r}")
-        if self.eos_candidates not in EOS_CANDIDATES:
-            raise ValueError(f"decode.eos_candidates must be one of {EOS_CANDIDATES}; "
-                             f"got {self.eos_candidates!r}")
-        unknown = [p for p in self.platforms if p not in PLATFORMS]
-        if not self.platforms or unknown or len(set(self.platforms)) < len(self.platforms):
-            raise ValueError(f"--platforms must name distinct platforms of {PLATFORMS}; "
-                             f"got {list(self.platforms)}")
-
-    def spec(self, out_len: int) -> SearchSpec:
-        """The Translator's SearchSpec for these settings (``Translator._spec``)."""
-        if self.method == "beam" and self.beam_size > 1:
-            return SearchSpec("beam", self.beam_size, out_len, chunk_size=CHUNK_SIZE,
-                              eos_candidates=self.eos_candidates)
-        return SearchSpec("greedy", 1, out_len, chunk_size=CHUNK_SIZE)
-
-    def output_lengths(self, model_cfg: ModelConfig,
-                       decode_cfg: DecodeConfig) -> dict[int, int]:
-        """Output positions per bucket (EOS included): the Translator's rule."""
-        if self.max_len is not None:
-            return {b: self.max_len for b in self.buckets}
-        return {b: output_len(b, model_cfg, decode_cfg, CHUNK_SIZE) for b in self.buckets}
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def default_settings(model_cfg: ModelConfig, decode_cfg: DecodeConfig,
-                     **overrides: Any) -> ExportSettings:
-    """Settings from the run's decode config (buckets as the Translator's, beam size,
-    alpha, eos_candidates), with the ``overrides`` that are not None; checked."""
-    base = dict(buckets=source_buckets(decode_cfg, model_cfg.max_len),
-                beam_size=decode_cfg.beam_size, alpha=decode_cfg.alpha,
-                eos_candidates=decode_cfg.eos_candidates)
-    base.update({k: v for k, v in overrides.items() if v is not None})
-    base["buckets"], base["platforms"] = tuple(base["buckets"]), tuple(base.get(
-        "platforms", ("cpu",)))
-    settings = ExportSettings(**base)
-    settings.check(model_cfg)
-    return settings
 
 
 # ------------------------------------------------------------------------ parameters
@@ -180,15 +106,21 @@ def unflatten_params(flat: Mapping[str, Any]) -> dict:
 
 
 # ------------------------------------------------------------------------ programs
-def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: int
-                   ) -> Callable[[dict, Array, Array], tuple[Array, Array, Array]]:
-    """program(params_flat, inputs_BS, alpha) -> (tokens_BT, scores_B, finished_B) of one
-    bucket, for ``model_cfg`` as resolved for the target platform (module docstring)."""
+def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: int,
+                   phrase_ends_V: np.ndarray | None = None
+                   ) -> Callable[..., tuple[Array, Array, Array]]:
+    """``settings.call()`` of one bucket, for ``model_cfg`` as resolved for the target
+    platform (module docstring). phrase_ends_V: with constraints, the target pieces that
+    may follow a phrase (:func:`jformer.inference.constraints.phrase_ends`), a constant
+    of the program."""
     spec, ops = settings.spec(out_len), resolve(model_cfg)
     penalise = spec.method == "greedy" and settings.method == "beam"  # beam of width 1
     pad, eos = model_cfg.pad_id, model_cfg.eos_id
 
-    def program(params_flat: dict, inputs_BS: Array, alpha: Array):
+    def program(params_flat: dict, inputs_BS: Array, alpha: Array, *steering: Array):
+        steer = dict(zip(settings.steering(), steering, strict=True))
+        if settings.constraint_count:
+            steer["phrase_ends_V"] = jnp.asarray(phrase_ends_V)
         params = unflatten_params(params_flat)
         # A row that is no sentence runs as the Translator's dummy rows: EOS, then PAD.
         valid_B = (inputs_BS[:, 0] != pad) & (inputs_BS[:, 0] != eos)
@@ -198,7 +130,8 @@ def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: in
         # portable: the program must run where jformer's native library is not loaded
         prepared = ops.cache.prepare(Transformer(model_cfg, ops), params, portable=True)
         out = decode_program(params, prepared, inputs_BS, valid_B, jax.random.key(0), alpha,
-                             jnp.float32(1.0), model_cfg=model_cfg, ops=ops, spec=spec)
+                             jnp.float32(1.0), **steer, model_cfg=model_cfg, ops=ops,
+                             spec=spec)
         tokens_BT, length_B = out.tokens[:, 0], out.lengths[:, 0]
         tokens_BT = jnp.where(jnp.arange(out_len) < length_B[:, None], tokens_BT, pad)
         scores_B = out.scores[:, 0]
@@ -211,14 +144,15 @@ def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: in
 
 def export_program(model_cfg: ModelConfig, params_flat: Mapping[str, Any],
                    settings: ExportSettings, bucket: int, out_len: int,
-                   platform: str) -> export.Exported:
+                   platform: str, phrase_ends_V: np.ndarray | None = None
+                   ) -> export.Exported:
     """One (bucket, platform) program, lowered with ``model_cfg.for_platform(platform)``;
     only the shapes and dtypes of ``params_flat`` are used."""
     cfg = model_cfg.for_platform(platform)
     avals = ({k: jax.ShapeDtypeStruct(np.shape(v), v.dtype) for k, v in params_flat.items()},
              jax.ShapeDtypeStruct((settings.batch_rows, bucket), jnp.int32),
-             jax.ShapeDtypeStruct((), jnp.float32))
-    program = jax.jit(search_program(cfg, settings, out_len))
+             jax.ShapeDtypeStruct((), jnp.float32), *settings.steering_avals())
+    program = jax.jit(search_program(cfg, settings, out_len, phrase_ends_V))
     return export.export(program, platforms=[platform])(*avals)
 
 
@@ -233,7 +167,7 @@ def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping
     """manifest.json: everything a loader needs besides the files it names."""
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "jax_version": jax.__version__,
-        "call": "program(params, inputs_BS, alpha) -> (tokens_BT, scores_B, finished_B)",
+        "call": settings.call(),
         "programs": {p: {str(b): program_file(p, b) for b in settings.buckets}
                      for p in settings.platforms},
         "ops": {p: model_cfg.for_platform(p).ops for p in settings.platforms},
@@ -245,6 +179,9 @@ def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping
         "method": settings.method, "beam_size": settings.beam_size,
         "alpha": float(settings.alpha), "max_len": settings.max_len,
         "eos_candidates": settings.eos_candidates,
+        "prefix_len": settings.prefix_len, "prefix_bias": settings.prefix_bias,
+        "constraint_count": settings.constraint_count,
+        "constraint_len": settings.constraint_len,
         "pad_id": model_cfg.pad_id, "bos_id": model_cfg.bos_id,
         "eos_id": model_cfg.eos_id, "unk_id": tokenizer.unk_id,
         "vocab_size": model_cfg.vocab_size,
@@ -260,11 +197,17 @@ def write_export(directory: str, model_cfg: ModelConfig, params: PyTree,
     check_params(model_cfg, params)
     flat = flatten_params(params)
     out_lens = settings.output_lengths(model_cfg, decode_cfg)
+    short = [b for b, n in out_lens.items() if settings.prefix_len >= n]
+    if short:
+        raise ValueError(f"--prefix-len {settings.prefix_len} leaves no room for EOS in "
+                         f"bucket {short[0]}'s {out_lens[short[0]]} output positions: "
+                         "export shorter prefixes, or raise --max-len")
+    ends_V = phrase_ends(tokenizer) if settings.constraint_count else None
     for platform in settings.platforms:
         os.makedirs(os.path.join(directory, platform))
         for bucket in settings.buckets:
             exported = export_program(model_cfg, flat, settings, bucket, out_lens[bucket],
-                                      platform)
+                                      platform, ends_V)
             with open(os.path.join(directory, program_file(platform, bucket)), "wb") as f:
                 f.write(exported.serialize())
     with open(os.path.join(directory, PARAMS), "wb") as f:

@@ -105,6 +105,15 @@ def test_an_existing_output_is_replaced_only_with_force(tmp_path, capsys):
     (("--max-len", 65), "--max-len must be an int in [1, model.max_len=64]; got 65"),
     (("--platforms", "cpu,gpu"), "--platforms must name distinct platforms of ('cpu', "
                                  "'cuda', 'rocm', 'tpu'); got ['cpu', 'gpu']"),
+    (("--prefix-bias",), "--prefix-bias needs --prefix-len (the prefixes it biases towards)"),
+    (("--constraints", "2"), "--constraints must be two ints C,L (phrases per sentence, "
+                             "tokens per phrase); got 2"),
+    (("--constraints", "2,0"), "--constraints must be two positive ints C,L (phrases per "
+                               "sentence, tokens per phrase); got 2,0"),
+    (("--constraints", "2,4", "--method", "greedy"), "--constraints needs --method beam "
+                                                     "(dynamic beam allocation)"),
+    (("--prefix-len", 16, "--max-len", 16), "--prefix-len 16 leaves no room for EOS in "
+     "bucket 16's 16 output positions: export shorter prefixes, or raise --max-len"),
     (("--step", 300), None),
 ])
 def test_errors_print_one_line_and_leave_no_output(options, message, tmp_path, capsys):

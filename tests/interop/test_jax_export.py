@@ -79,9 +79,10 @@ def run_documented_loader(cwd, sentences: list[str]) -> list[str]:
 
 
 def run_programs(directory: str, sources: list[np.ndarray], alpha: float,
-                 params: dict | None = None) -> list[tuple[np.ndarray, float, bool]]:
+                 params: dict | None = None, steer=None) -> list[tuple[np.ndarray, float, bool]]:
     """(tokens, score, finished) per source through the exported cpu programs, batched
-    as the documented loader does."""
+    as the documented loader does; ``steer(rows, batch_rows)``: the steering arguments of
+    a batch of these sources."""
     with open(os.path.join(directory, jax_export.MANIFEST)) as f:
         info = json.load(f)
     if params is None:
@@ -96,7 +97,9 @@ def run_programs(directory: str, sources: list[np.ndarray], alpha: float,
             x = np.full((info["batch_rows"], s), info["pad_id"], np.int32)
             for r, i in enumerate(rows):
                 x[r, :len(sources[i])] = sources[i]
-            tokens, scores, finished = map(np.asarray, program(params, x, np.float32(alpha)))
+            extra = steer(rows, info["batch_rows"]) if steer else ()
+            tokens, scores, finished = map(np.asarray, program(params, x, np.float32(alpha),
+                                                               *extra))
             for r, i in enumerate(rows):
                 out[i] = (tokens[r], float(scores[r]), bool(finished[r]))
     return out
@@ -236,15 +239,72 @@ def test_accelerator_programs_are_written_and_deserialize(tmp_path):
                 assert custom_calls(text) <= PORTABLE_CUSTOM_CALLS, custom_calls(text)
 
 
-def test_settings_carry_the_runs_eos_rule_into_the_beam_spec():
-    """The export searches as the run's Translator: decode.eos_candidates reaches the
-    beam's SearchSpec and the manifest's settings; an unknown rule is refused."""
-    config = files.load_config(LEGACY)
-    decode = dataclasses.replace(config.decode, eos_candidates="top_w")
-    settings = jax_export.default_settings(config.model, decode)
-    assert settings.eos_candidates == "top_w"
-    assert settings.spec(20).eos_candidates == "top_w"
-    assert jax_export.default_settings(config.model, config.decode).spec(20).eos_candidates \
-        == "all"
-    with pytest.raises(ValueError, match="decode.eos_candidates must be one of"):
-        dataclasses.replace(settings, eos_candidates="best").check(config.model)
+def prefix_batch(prefixes: list, rows: list[int], batch_rows: int, width: int):
+    """prefix_BP: int32 [batch_rows, width], each row's prefix ids, -1 past them."""
+    out = np.full((batch_rows, width), -1, np.int32)
+    for r, i in enumerate(rows):
+        if prefixes[i] is not None:
+            out[r, :len(prefixes[i])] = prefixes[i]
+    return out
+
+
+def phrase_batch(phrases: list, rows: list[int], batch_rows: int, count: int, width: int):
+    """constraints_BCL: int32 [batch_rows, count, width], each row's phrases, -1 padding."""
+    out = np.full((batch_rows, count, width), -1, np.int32)
+    for r, i in enumerate(rows):
+        for c, ids in enumerate(phrases[i] or ()):
+            out[r, c, :len(ids)] = ids
+    return out
+
+
+PREFIXES = ["Es ist", None, "Die", "Ein Mann und"]  # every fourth sentence's, in turn
+PHRASES = [["Hund"], None, ["rote", "Katze"], None, ["Musik"]]
+
+
+# (export settings, Translator.translate arguments, steering arguments of a batch)
+STEERED = {
+    "prefix": (dict(prefix_len=8), dict(), lambda prefixes, phrases, rows, n: (
+        prefix_batch(prefixes, rows, n, 8),)),
+    "prefix_bias": (dict(prefix_len=8, prefix_bias=True), dict(prefix_bias_beta=0.4),
+                    lambda prefixes, phrases, rows, n: (prefix_batch(prefixes, rows, n, 8),
+                                                        np.float32(0.4))),
+    "constraints": (dict(constraint_count=2, constraint_len=8), dict(),
+                    lambda prefixes, phrases, rows, n: (phrase_batch(phrases, rows, n, 2, 8),)),
+}
+
+
+@pytest.mark.slow  # ~15 s a case: an export, its compilation and the Translator's
+@pytest.mark.parametrize("case", list(STEERED))
+def test_steered_programs_give_the_translators_hypotheses(case, sentences, translator,
+                                                          tmp_path):
+    """Exported with a steering argument, the programs give the Translator's hypotheses
+    for the same target prefixes (forced or biased) or lexical constraints."""
+    from jformer.inference.constraints import encode_constraints
+    from jformer.inference.prefixes import encode_prefixes
+
+    settings, translate_args, steer = STEERED[case]
+    n = len(sentences)
+    prefix_text = [None if i == n - 1 else PREFIXES[i % len(PREFIXES)] for i in range(n)]
+    phrase_text = [None if i == n - 1 else PHRASES[i % len(PHRASES)] for i in range(n)]
+    if case == "constraints":
+        translate_args = dict(constraints=phrase_text)
+    else:
+        translate_args = dict(translate_args, target_prefix=prefix_text)
+    directory = jax_export.export_workdir(LEGACY, tmp_path / case, buckets=BUCKETS,
+                                          batch_rows=ROWS, method="beam", **settings)
+    with open(os.path.join(directory, jax_export.MANIFEST)) as f:
+        assert json.load(f)["call"].startswith(
+            "program(params, inputs_BS, alpha, " + {"prefix": "prefix_BP)",
+                                                    "prefix_bias": "prefix_BP, prefix_beta)",
+                                                    "constraints": "constraints_BCL)"}[case])
+    tok = translator.tokenizer
+    prefixes = encode_prefixes(tok, prefix_text, n)
+    phrases = encode_constraints(tok, phrase_text, n)
+    want = translator.translate(sentences, return_scores=True, **translate_args)
+    if case == "prefix":
+        assert all(h.ids[:len(p)].tolist() == p.tolist()
+                   for h, p in zip(want, prefixes) if p is not None)
+    cfg = translator.model_cfg
+    got = run_programs(directory, sources_of(translator, sentences), 0.6,
+                       steer=lambda rows, b: steer(prefixes, phrases, rows, b))
+    assert_same_hypotheses(got, want, cfg.pad_id, cfg.eos_id)
