@@ -28,7 +28,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from typing import Any, Callable, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 CONFIG_FILENAME = "config.json"
 SPM_FILENAME = "spm.model"
@@ -66,16 +66,21 @@ def tokenizer_files(data_cfg: Any, workdir: str | os.PathLike) -> list[str]:
     return [os.path.join(path, name) for name in (*SEPARATE_SPM.values(), JOINT_VOCAB)]
 
 
-def write_atomically(path: str | os.PathLike, data: bytes) -> None:
-    """Writes ``data`` under a temporary name in ``path``'s folder, flushed to disk,
-    then renames it over ``path``."""
+def write_atomically(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], None]
+                     ) -> None:
+    """Writes ``data`` (bytes, or a function that writes to the open file: large arrays
+    without a copy in memory) under a temporary name in ``path``'s folder, flushed to
+    disk, then renames it over ``path``."""
     path = os.fspath(path)
     out_dir = os.path.dirname(os.path.abspath(path))
     os.makedirs(out_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-" + os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
