@@ -25,6 +25,7 @@ import os
 
 from jformer.config import DataConfig
 from jformer.data import batching, sources
+from jformer.data.encoded_cache import EncodedCache, encoded_key
 from jformer.data.ragged import RaggedArray
 from jformer.data.tokenizer import Tokenizer, training_record
 from jformer.workdir.files import SPM_RECORD, tokenizer_files, tokenizer_path, write_atomically
@@ -251,6 +252,29 @@ def build_pipeline(data_cfg: DataConfig, workdir: str, split: str = "train", *,
     """
     if split not in sources.SPLITS:
         raise ValueError(f"split must be one of {sources.SPLITS}; got {split!r}")
+    train = split == "train"
+    if train and data_cfg.encoded_cache:
+        tokenizer, src, tgt, stats, num_skipped = cached_train_rows(
+            data_cfg, workdir, tokenizer, first_host=shard_index == 0,
+            hosts=num_shards)
+        examples: list[sources.Pair] = []
+    else:
+        tokenizer, src, tgt, stats, corpus = _encoded_rows(data_cfg, workdir, split,
+                                                           tokenizer)
+        examples, num_skipped = [] if train else corpus.pairs, corpus.num_skipped
+    options = batch_options(data_cfg, pad_id=tokenizer.pad_id, train=train,
+                            num_devices=num_devices, shard_index=shard_index,
+                            num_shards=num_shards, accum_steps=accum_steps)
+    iterator = batching.BatchIterator(src, tgt, options)
+    _log.info("%s: %d pairs, %d source + %d target tokens, %d batches per epoch",
+              split, len(src), src.values.size, tgt.values.size, iterator.num_batches())
+    return DataSplit(tokenizer, iterator, examples, stats, num_skipped)
+
+
+def _encoded_rows(data_cfg: DataConfig, workdir: str, split: str,
+                  tokenizer: Tokenizer | None):
+    """(tokenizer, src, tgt, filter stats, corpus) of a split read, encoded and filtered
+    by length now."""
     corpus = sources.load_corpus(data_cfg, split)
     if tokenizer is None:
         tokenizer = load_or_train_tokenizer(
@@ -262,12 +286,54 @@ def build_pipeline(data_cfg: DataConfig, workdir: str, split: str = "train", *,
         raise ValueError(f"all {stats.num_pairs} {split} pairs are longer than "
                          f"data.max_source_len={data_cfg.max_source_len} or "
                          f"data.max_target_len={data_cfg.max_target_len} tokens")
-    train = split == "train"
-    options = batch_options(data_cfg, pad_id=tokenizer.pad_id, train=train,
-                            num_devices=num_devices, shard_index=shard_index,
-                            num_shards=num_shards, accum_steps=accum_steps)
-    iterator = batching.BatchIterator(src, tgt, options)
-    _log.info("%s: %d pairs, %d source + %d target tokens, %d batches per epoch",
-              split, len(src), src.values.size, tgt.values.size, iterator.num_batches())
-    return DataSplit(tokenizer, iterator, [] if train else corpus.pairs, stats,
-                     corpus.num_skipped)
+    return tokenizer, src, tgt, stats, corpus
+
+
+def cached_train_rows(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | None, *,
+                      first_host: bool = True, hosts: int = 1):
+    """(tokenizer, src, tgt, filter stats, pairs skipped on reading) of the train split
+    through ``<workdir>/data`` (:mod:`jformer.data.encoded_cache`): memory-mapped when a
+    whole cache of the same inputs, tokenizer and settings is there; else read, encoded,
+    filtered and saved. With several hosts, the first builds while the others wait at a
+    barrier, then read it; a host that still finds none (a workdir not shared between
+    hosts) builds its own, with a warning."""
+    inputs, settings = sources.split_inputs(data_cfg, "train")
+
+    def cached() -> EncodedCache | None:
+        tok_files = tokenizer_files(data_cfg, workdir)  # data.vocab_path's, or the run's
+        if not all(os.path.isfile(p) for p in tok_files):
+            return None
+        return EncodedCache(workdir, encoded_key(inputs, tok_files, settings))
+
+    if hosts > 1:
+        if first_host:
+            result = cached_train_rows(data_cfg, workdir, tokenizer)
+        _sync("jformer-encoded-cache")
+        if first_host:
+            return result
+    cache = cached()
+    hit = cache.load() if cache is not None else None
+    if hit is not None:
+        src, tgt, meta = hit
+        if tokenizer is None:  # its bytes are in the key: the cache was built with it
+            tokenizer = load_or_train_tokenizer(data_cfg, workdir)
+        _log.info("train: %d encoded pairs from %s", len(src), cache.path)
+        return (tokenizer, src, tgt, batching.FilterStats(*meta["filter"]),
+                meta["num_skipped"])
+    if hosts > 1:
+        _log.warning("no encoded train split in %s after the first host built it (a "
+                     "workdir not shared between hosts?): this host encodes its own",
+                     os.path.join(workdir, "data"))
+    tokenizer, src, tgt, stats, corpus = _encoded_rows(data_cfg, workdir, "train", tokenizer)
+    cache = cached()
+    if cache is not None:
+        cache.save(src, tgt, {"filter": dataclasses.astuple(stats),
+                              "num_skipped": corpus.num_skipped})
+        src, tgt, _ = cache.load()  # memory-mapped: the in-memory rows can go
+    return tokenizer, src, tgt, stats, corpus.num_skipped
+
+
+def _sync(name: str) -> None:
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(name)
