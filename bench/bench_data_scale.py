@@ -23,7 +23,6 @@ peak RSS; and the iterator's rate.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import resource
