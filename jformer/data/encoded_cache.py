@@ -2,20 +2,25 @@
 start (and by every host of a multi-host run).
 
     cache = EncodedCache(workdir, key)     # key: encoded_key(...), what the rows depend on
-    split = cache.load()                   # None: absent or torn
-    cache.save(src, tgt, meta)             # RaggedArrays, filtered by length
+    split = cache.load()                   # (src, tgt, meta); None: absent or torn
+    with cache.writer() as out:            # or cache.save(src, tgt, meta)
+        out.add(src_chunk, tgt_chunk)      # RaggedArrays, in corpus order, any number
+        out.meta.update(filter=[...])      # written last, with the row counts
 
-A cache is a folder ``<workdir>/data/train-<key[:16]>/`` holding ``src.values.npy``,
-``src.offsets.npy``, ``tgt.values.npy``, ``tgt.offsets.npy`` and ``meta.json``. The arrays
-are written first, each atomically; ``meta.json`` last, so a folder without it is a
-torn build (a crash, a full disk) and is built again. Loading maps the values (``np.load``
-with ``mmap_mode="r"``: only the pages a batch touches are read, so resident memory stays
-small whatever the corpus size) and reads the offsets (8 bytes a row).
+A cache is a folder ``<workdir>/data/train-<key[:16]>/`` holding the raw little-endian
+arrays ``src.values`` (int32), ``src.offsets`` (int64), ``tgt.values``, ``tgt.offsets``
+and ``meta.json``. Chunks are appended as they come, so a corpus of any size is written
+in bounded memory; the arrays are flushed to disk and renamed into place when the writer
+closes, and ``meta.json`` is written last: a folder without it is a torn build (a crash,
+a full disk, an error in the input) and is built again. Loading maps the values
+(``np.memmap``: only the pages a batch touches are read, so resident memory stays small
+whatever the corpus size) and reads the offsets (8 bytes a row).
 
 The key is a digest of everything the encoded rows depend on (:func:`encoded_key`): the
 cache format, the input files (path, size, modification time), the tokenizer files'
 bytes and the data settings that change encoding or filtering. Another corpus, another
-vocabulary or other limits give another folder; nothing is ever reused across them.
+vocabulary or other limits give another folder; nothing is reused across them. A file
+edited in place with its size and modification time kept is not noticed.
 """
 from __future__ import annotations
 
@@ -30,9 +35,10 @@ import numpy as np
 from jformer.data.ragged import RaggedArray
 from jformer.workdir.files import write_atomically
 
-FORMAT = 1  # bump when the layout or the encoding rules change
+FORMAT = 2  # bump when the layout or the encoding rules change
 META = "meta.json"
 SIDES = ("src", "tgt")
+DTYPES = {"values": np.dtype("<i4"), "offsets": np.dtype("<i8")}
 
 
 def file_identity(path: str | os.PathLike) -> list:
@@ -67,8 +73,8 @@ class EncodedCache:
 
     def load(self) -> tuple[RaggedArray, RaggedArray, dict] | None:
         """(src, tgt, meta) with memory-mapped values; None when there is no whole cache.
-        A cache whose meta names another key, or whose arrays do not fit their offsets,
-        is an error naming the folder (it was not written by this code)."""
+        A cache whose meta names another key, or whose files do not hold what the meta
+        says, is an error naming the folder."""
         meta_path = self.path / META
         if not meta_path.is_file():
             return None
@@ -77,31 +83,75 @@ class EncodedCache:
             raise ValueError(f"{self.path}: encoded data cache of another key or format "
                              f"(key {str(meta.get('key'))[:16]}, format {meta.get('format')}; "
                              f"expected {self.key[:16]}, {FORMAT}); delete the folder")
+        rows = meta["rows"]
         sides = []
         for side in SIDES:
-            values = np.load(self.path / f"{side}.values.npy", mmap_mode="r")
-            offsets = np.load(self.path / f"{side}.offsets.npy")
-            try:
-                sides.append(RaggedArray(values, offsets))
-            except ValueError as e:
-                raise ValueError(f"{self.path}: {side} arrays do not fit ({e}); delete the "
-                                 "folder to encode again") from None
-        if len(sides[0]) != len(sides[1]) or len(sides[0]) != meta.get("rows"):
-            raise ValueError(f"{self.path}: {len(sides[0])} source and {len(sides[1])} target "
-                             f"rows, meta.json says {meta.get('rows')}; delete the folder")
+            sizes = {"values": meta[f"{side}_tokens"], "offsets": rows + 1}
+            arrays = {}
+            for part, dtype in DTYPES.items():
+                path = self.path / f"{side}.{part}"
+                if not path.is_file() or path.stat().st_size != sizes[part] * dtype.itemsize:
+                    raise ValueError(f"{path}: expected {sizes[part]} {dtype.name} values "
+                                     f"(meta.json); delete {self.path} to encode again")
+                arrays[part] = (np.memmap(path, dtype, mode="r", shape=(sizes[part],))
+                                if part == "values" and sizes[part] else
+                                np.fromfile(path, dtype))
+            sides.append(RaggedArray(arrays["values"], arrays["offsets"]))
         return sides[0], sides[1], meta
 
+    def writer(self) -> "CacheWriter":
+        return CacheWriter(self)
+
     def save(self, src: RaggedArray, tgt: RaggedArray, meta: Mapping[str, Any]) -> None:
-        """Writes the arrays, then meta.json (with the key, format and row count)."""
+        """All rows at once (:meth:`writer` for chunks)."""
+        with self.writer() as out:
+            out.add(src, tgt)
+            out.meta.update(meta)
+
+
+class CacheWriter:
+    """Appends chunks of encoded rows to an :class:`EncodedCache`; closing without an
+    error makes the cache whole (module docstring), an error leaves it absent."""
+
+    def __init__(self, cache: EncodedCache):
+        self.cache, self.meta = cache, {}
+        cache.path.mkdir(parents=True, exist_ok=True)
+        (cache.path / META).unlink(missing_ok=True)  # absent until this build is whole
+        self._files = {(side, part): open(self._tmp(side, part), "wb")
+                       for side in SIDES for part in DTYPES}
+        self._tokens = {side: 0 for side in SIDES}
+        self._rows = 0
+        for side in SIDES:
+            self._files[side, "offsets"].write(np.zeros(1, DTYPES["offsets"]).tobytes())
+
+    def _tmp(self, side: str, part: str) -> Path:
+        return self.cache.path / f".{side}.{part}.tmp"
+
+    def add(self, src: RaggedArray, tgt: RaggedArray) -> None:
         if len(src) != len(tgt):
             raise ValueError(f"src and tgt must have the same number of rows; got "
                              f"{len(src)} and {len(tgt)}")
-        self.path.mkdir(parents=True, exist_ok=True)
         for side, rows in zip(SIDES, (src, tgt)):
-            for part in ("values", "offsets"):
-                array = np.ascontiguousarray(getattr(rows, part))
-                write_atomically(self.path / f"{side}.{part}.npy",
-                                 lambda f, a=array: np.save(f, a, allow_pickle=False))
-        full = dict(meta, key=self.key, format=FORMAT, rows=len(src))
-        write_atomically(self.path / META, (json.dumps(full, indent=1) + "\n").encode())
+            self._files[side, "values"].write(
+                np.ascontiguousarray(rows.values, DTYPES["values"]).tobytes())
+            offsets = rows.offsets[1:].astype(DTYPES["offsets"]) + self._tokens[side]
+            self._files[side, "offsets"].write(offsets.tobytes())
+            self._tokens[side] += int(rows.values.size)
+        self._rows += len(src)
 
+    def __enter__(self) -> "CacheWriter":
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        for f in self._files.values():
+            if kind is None:
+                f.flush()
+                os.fsync(f.fileno())
+            f.close()
+        if kind is not None:
+            return
+        for side, part in self._files:
+            os.replace(self._tmp(side, part), self.cache.path / f"{side}.{part}")
+        meta = dict(self.meta, key=self.cache.key, format=FORMAT, rows=self._rows,
+                    src_tokens=self._tokens["src"], tgt_tokens=self._tokens["tgt"])
+        write_atomically(self.cache.path / META, (json.dumps(meta, indent=1) + "\n").encode())

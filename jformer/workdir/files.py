@@ -28,7 +28,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from typing import Any, BinaryIO, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 CONFIG_FILENAME = "config.json"
 SPM_FILENAME = "spm.model"
@@ -66,21 +66,16 @@ def tokenizer_files(data_cfg: Any, workdir: str | os.PathLike) -> list[str]:
     return [os.path.join(path, name) for name in (*SEPARATE_SPM.values(), JOINT_VOCAB)]
 
 
-def write_atomically(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], None]
-                     ) -> None:
-    """Writes ``data`` (bytes, or a function that writes to the open file: large arrays
-    without a copy in memory) under a temporary name in ``path``'s folder, flushed to
-    disk, then renames it over ``path``."""
+def write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    """Writes ``data`` under a temporary name in ``path``'s folder, flushed to disk,
+    then renames it over ``path``."""
     path = os.fspath(path)
     out_dir = os.path.dirname(os.path.abspath(path))
     os.makedirs(out_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-" + os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
-            if callable(data):
-                data(f)
-            else:
-                f.write(data)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -140,6 +135,30 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     if lines[-1] == b"":
         lines.pop()
     return [decode_line(raw, path, i + 1) for i, raw in enumerate(lines)]
+
+
+def iter_line_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
+                     ) -> Iterator[list[str]]:
+    """The lines of :func:`read_lines`, a block at a time (about ``block_bytes`` of text
+    each), so a file of any size is read in bounded memory; the same errors, naming the
+    file and line."""
+    path = os.fspath(path)
+    opener = gzip.open if path.endswith(".gz") else open
+    line_no, rest = 0, b""
+    try:
+        with opener(path, "rb") as f:  # a missing file: the OSError names it
+            while True:
+                data = f.read(block_bytes)
+                if not data:
+                    break
+                lines = (rest + data).split(b"\n")
+                rest = lines.pop()
+                yield [decode_line(raw, path, line_no + i + 1) for i, raw in enumerate(lines)]
+                line_no += len(lines)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    if rest:
+        yield [decode_line(rest, path, line_no + 1)]
 
 
 def load_config(workdir: str | os.PathLike):

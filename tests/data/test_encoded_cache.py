@@ -22,7 +22,7 @@ def test_saved_rows_load_back_memory_mapped(tmp_path):
     assert isinstance(src.values, np.memmap) and isinstance(tgt.values, np.memmap)
     assert [r.tolist() for r in src.to_rows()] == [r.tolist() for r in SRC.to_rows()]
     assert [r.tolist() for r in tgt.to_rows()] == [r.tolist() for r in TGT.to_rows()]
-    assert meta["filter"] == [3, 0, 0] and meta["rows"] == 3
+    assert meta["filter"] == [3, 0, 0] and meta["rows"] == 3 and meta["src_tokens"] == 9
     assert cache.path == tmp_path / "data" / f"train-{'ab' * 8}"
 
 
@@ -37,11 +37,31 @@ def test_a_torn_cache_is_absent_and_a_foreign_one_refused(tmp_path):
     with pytest.raises(ValueError, match=r"encoded data cache of another key.*delete the folder"):
         cache.load()
     cache.save(SRC, TGT, {})
-    np.save(cache.path / "tgt.offsets.npy", np.array([0, 2, 5], np.int64))  # a row short
-    with pytest.raises(ValueError, match=r"tgt arrays do not fit"):
+    np.array([0, 2, 5], np.int64).tofile(cache.path / "tgt.offsets")  # a row short
+    with pytest.raises(ValueError, match=r"tgt.offsets: expected 4 int64 values"):
         cache.load()
     with pytest.raises(ValueError, match="same number of rows"):
         cache.save(SRC, RaggedArray.from_rows([[1]]), {})
+    assert cache.load() is None  # the failed build left no meta.json
+
+
+def test_chunks_written_one_by_one_load_as_their_concatenation(tmp_path):
+    cache = EncodedCache(tmp_path, "12" * 32)
+    with cache.writer() as out:
+        out.add(SRC, TGT)
+        out.add(TGT, SRC)
+        out.meta["note"] = "two chunks"
+    src, tgt, meta = cache.load()
+    assert [r.tolist() for r in src.to_rows()] == [r.tolist() for r in
+                                                   SRC.to_rows() + TGT.to_rows()]
+    assert [r.tolist() for r in tgt.to_rows()] == [r.tolist() for r in
+                                                   TGT.to_rows() + SRC.to_rows()]
+    assert (meta["rows"], meta["src_tokens"], meta["note"]) == (6, 16, "two chunks")
+    with pytest.raises(RuntimeError):  # an error mid-build: the cache stays absent
+        with cache.writer() as out:
+            out.add(SRC, TGT)
+            raise RuntimeError("the input broke")
+    assert cache.load() is None
 
 
 def test_the_key_follows_inputs_tokenizer_and_settings(tmp_path):
