@@ -107,7 +107,7 @@ def _peak_rss_gb() -> float:
 
 def worker(args) -> dict:
     """One phase in this process; returns its figures."""
-    from jformer.data import pipeline
+    from jformer.data import pipeline, vocabulary
 
     root = args.dir
     cfg = _config(args, root)
@@ -115,7 +115,7 @@ def worker(args) -> dict:
     t0 = time.perf_counter()
     if args.phase == "vocab":
         os.makedirs(os.path.join(root, "vocab"), exist_ok=True)
-        pipeline.load_or_train_tokenizer(cfg, os.path.join(root, "vocab"))
+        vocabulary.load_or_train_tokenizer(cfg, os.path.join(root, "vocab"))
         return {"seconds": time.perf_counter() - t0, "peak_rss_gb": _peak_rss_gb()}
     if args.phase in ("first", "restart"):
         if args.phase == "first":  # a workdir holding only the learned vocabulary

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jformer.config import DataConfig
-from jformer.data import pipeline
+from jformer.data import pipeline, rows, vocabulary
 from jformer.workdir import files
 
 CFG = DataConfig(source="demo", demo_num_train=600, demo_num_eval=37, demo_num_test=23,
@@ -47,7 +47,7 @@ def test_the_tokenizer_is_reused_only_for_the_corpus_and_settings_it_learned(
     """spm.json records what spm.model was learned from; a run whose train split or
     vocabulary settings would learn another model is refused, naming what differs."""
     workdir = str(tmp_path)
-    first = pipeline.load_or_train_tokenizer(CFG, workdir)
+    first = vocabulary.load_or_train_tokenizer(CFG, workdir)
     record_path = os.path.join(workdir, files.SPM_RECORD)
     with open(record_path) as f:
         record = json.load(f)
@@ -55,7 +55,7 @@ def test_the_tokenizer_is_reused_only_for_the_corpus_and_settings_it_learned(
     assert record["model_type"] == "bpe" and record["vocab_size"] == 400
     pairs = pipeline.sources.load_split(CFG, "train")
     mtime = os.path.getmtime(first.path)
-    assert pipeline.load_or_train_tokenizer(CFG, workdir, pairs).path == first.path
+    assert vocabulary.load_or_train_tokenizer(CFG, workdir, pairs).path == first.path
     assert os.path.getmtime(first.path) == mtime  # same corpus: reused, not relearned
     # Other sentences, same size and settings: silently reused before.
     other = dataclasses.replace(CFG, demo_seed=1)
@@ -64,38 +64,38 @@ def test_the_tokenizer_is_reused_only_for_the_corpus_and_settings_it_learned(
                                          r"settings than this run's: train sentences "
                                          r"\(1,200, sha256 [0-9a-f]{12}\) -> \(1,200, "
                                          r".*--config.data.vocab_path=.*spm.model"):
-        pipeline.load_or_train_tokenizer(other, workdir, other_pairs)
+        vocabulary.load_or_train_tokenizer(other, workdir, other_pairs)
     unigram = dataclasses.replace(CFG, vocab_model_type="unigram")
     with pytest.raises(ValueError, match=r"data.vocab_model_type 'bpe' -> 'unigram'"):
-        pipeline.load_or_train_tokenizer(unigram, workdir, pairs)
+        vocabulary.load_or_train_tokenizer(unigram, workdir, pairs)
     # Kept as it is on request; without the train split at hand nothing is checked.
     kept = dataclasses.replace(other, vocab_path=first.path)
-    assert pipeline.load_or_train_tokenizer(kept, workdir, other_pairs).path == first.path
-    assert pipeline.load_or_train_tokenizer(other, workdir).path == first.path
+    assert vocabulary.load_or_train_tokenizer(kept, workdir, other_pairs).path == first.path
+    assert vocabulary.load_or_train_tokenizer(other, workdir).path == first.path
     # A damaged record is named; an older workdir without one is checked on size only.
     with open(record_path, "w") as f:
         f.write("{not json")
     with pytest.raises(ValueError, match=r"spm.json: not a readable tokenizer record"):
-        pipeline.load_or_train_tokenizer(other, workdir, other_pairs)
+        vocabulary.load_or_train_tokenizer(other, workdir, other_pairs)
     os.remove(record_path)
-    assert pipeline.load_or_train_tokenizer(other, workdir, other_pairs).path == first.path
+    assert vocabulary.load_or_train_tokenizer(other, workdir, other_pairs).path == first.path
 
 
 def test_encoding_in_chunks_equals_one_call(train):
     from jformer.data import demo
 
     pairs = demo.generate_pairs(1, 57, 0, 0)["train"]
-    whole = pipeline.encode_pairs(train.tokenizer, pairs, chunk=len(pairs))
+    whole = rows.encode_pairs(train.tokenizer, pairs, chunk=len(pairs))
     for chunk in (1, 10, 56):
-        for a, b in zip(pipeline.encode_pairs(train.tokenizer, pairs, chunk=chunk), whole):
+        for a, b in zip(rows.encode_pairs(train.tokenizer, pairs, chunk=chunk), whole):
             np.testing.assert_array_equal(a.values, b.values)
             np.testing.assert_array_equal(a.offsets, b.offsets)
     assert len(whole[0]) == 57 and all(r[-1] == train.tokenizer.eos_id
                                        for r in whole[1].to_rows())
-    empty = pipeline.encode_pairs(train.tokenizer, [])
+    empty = rows.encode_pairs(train.tokenizer, [])
     assert len(empty[0]) == 0 and empty[0].values.size == 0
     with pytest.raises(ValueError, match="chunk must be a positive int; got 0"):
-        pipeline.encode_pairs(train.tokenizer, pairs, chunk=0)
+        rows.encode_pairs(train.tokenizer, pairs, chunk=0)
 
 
 def test_train_batches_decode_to_the_corpus(train):
@@ -183,7 +183,7 @@ def test_a_char_vocabulary_is_learned_recorded_and_reused(tmp_path):
     again = pipeline.build_pipeline(cfg, workdir, "test")
     assert again.tokenizer.path == tok.path and len(again.examples) == 20
     with pytest.raises(ValueError, match=r"data.vocab_model_type 'char' -> 'bpe'"):
-        pipeline.load_or_train_tokenizer(dataclasses.replace(cfg, vocab_model_type="bpe"),
+        vocabulary.load_or_train_tokenizer(dataclasses.replace(cfg, vocab_model_type="bpe"),
                                          workdir, pairs)
 
 
@@ -240,10 +240,10 @@ def test_a_changed_corpus_is_encoded_again_and_the_cache_can_be_off(tmp_path):
 def test_with_several_hosts_the_first_builds_and_the_others_read(tmp_path, monkeypatch):
     cfg, workdir = text_config(tmp_path), str(tmp_path / "run")
     order = []
-    monkeypatch.setattr(pipeline, "_sync", lambda name: order.append(name))
-    first = pipeline.cached_train_rows(cfg, workdir, None, first_host=True, hosts=2)
+    monkeypatch.setattr(rows, "_sync", lambda name: order.append(name))
+    first = rows.cached_train_rows(cfg, workdir, None, first_host=True, hosts=2)
     monkeypatch.setattr(pipeline.sources, "load_corpus", lambda *a: pytest.fail("read text"))
-    other = pipeline.cached_train_rows(cfg, workdir, None, first_host=False, hosts=2)
+    other = rows.cached_train_rows(cfg, workdir, None, first_host=False, hosts=2)
     assert order == ["jformer-encoded-cache"] * 2
     np.testing.assert_array_equal(first[1].values, other[1].values)
     assert isinstance(other[2].values, np.memmap)
