@@ -8,13 +8,16 @@ import dataclasses
 import logging
 import os
 
+import numpy as np
+
 from jformer.config import DataConfig
 from jformer.data import batching, sources
 from jformer.data.encoded_cache import EncodedCache, encoded_key
 from jformer.data.ragged import RaggedArray
+from jformer.data.streamed import CorpusStream
 from jformer.data.tokenizer import Tokenizer
 from jformer.data.vocabulary import load_or_train_tokenizer
-from jformer.workdir.files import tokenizer_files
+from jformer.workdir.files import SPM_RECORD, tokenizer_files, tokenizer_path
 
 _log = logging.getLogger(__name__)
 
@@ -95,13 +98,51 @@ def cached_train_rows(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer |
         _log.warning("no encoded train split in %s after the first host built it (a "
                      "workdir not shared between hosts?): this host encodes its own",
                      os.path.join(workdir, "data"))
-    tokenizer, src, tgt, stats, corpus = encoded_rows(data_cfg, workdir, "train", tokenizer)
-    cache = cached()
-    if cache is not None:
-        cache.save(src, tgt, {"filter": dataclasses.astuple(stats),
-                              "num_skipped": corpus.num_skipped})
-        src, tgt, _ = cache.load()  # memory-mapped: the in-memory rows can go
-    return tokenizer, src, tgt, stats, corpus.num_skipped
+    if tokenizer is not None and cache is None:  # handed a tokenizer the workdir lacks:
+        tokenizer, src, tgt, stats, corpus = encoded_rows(data_cfg, workdir, "train",
+                                                          tokenizer)  # no key, no cache
+        return tokenizer, src, tgt, stats, corpus.num_skipped
+    if data_cfg.vocab == "separate":  # each side's vocabulary learns from it whole
+        tokenizer, src, tgt, stats, corpus = encoded_rows(data_cfg, workdir, "train",
+                                                          tokenizer)
+        cached().save(src, tgt, {"filter": dataclasses.astuple(stats),
+                                 "num_skipped": corpus.num_skipped})
+    else:
+        _build_streamed(data_cfg, workdir, tokenizer, cached)
+    tokenizer = tokenizer or load_or_train_tokenizer(data_cfg, workdir)
+    src, tgt, meta = cached().load()  # memory-mapped
+    return (tokenizer, src, tgt, batching.FilterStats(*meta["filter"]),
+            meta["num_skipped"])
+
+
+def _build_streamed(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | None,
+                    cached) -> None:
+    """The train split read, encoded, filtered and written to its cache a chunk at a
+    time; the vocabulary, where it must be learned or checked against its record, from
+    the sample :meth:`CorpusStream.sample_sentences` draws (as from the whole split)."""
+    stream = CorpusStream(data_cfg, "train")
+    if tokenizer is None:
+        path = tokenizer_path(data_cfg, workdir)
+        checks = not data_cfg.vocab_path and (
+            not os.path.isfile(path)
+            or os.path.isfile(os.path.join(os.path.dirname(path), SPM_RECORD)))
+        sample = (stream.sample_sentences(data_cfg.vocab_sample_size, data_cfg.seed)
+                  if checks else None)
+        tokenizer = load_or_train_tokenizer(data_cfg, workdir, sentences=sample)
+    totals = np.zeros(3, np.int64)  # FilterStats: pairs in, dropped, truncated
+    with cached().writer() as out:
+        for pairs in stream.chunks():
+            src, tgt = encode_pairs(tokenizer, pairs)
+            src, tgt, stats = batching.filter_by_length(
+                src, tgt, data_cfg.max_source_len, data_cfg.max_target_len,
+                data_cfg.overlong)
+            out.add(src, tgt)
+            totals += dataclasses.astuple(stats)
+        if totals[0] == totals[1]:
+            raise ValueError(f"all {totals[0]} train pairs are longer than "
+                             f"data.max_source_len={data_cfg.max_source_len} or "
+                             f"data.max_target_len={data_cfg.max_target_len} tokens")
+        out.meta.update(filter=totals.tolist(), num_skipped=stream.num_skipped)
 
 
 def _sync(name: str) -> None:
