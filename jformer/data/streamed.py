@@ -11,8 +11,9 @@ Text and TSV files are read a block at a time (:func:`jformer.workdir.files.
 iter_line_blocks`), with :func:`jformer.data.sources.load_corpus`'s checks and messages:
 a missing file, invalid UTF-8 (file and line), files of different line counts (both
 counts, found at the end of the shorter one), a TSV line without one TAB (file and
-line), pairs with an empty side skipped and logged, an empty corpus refused. The demo
-corpus and TFDS datasets are loaded whole and handed out in chunks.
+line), pairs with an empty side skipped and logged, an empty corpus refused. TFDS
+datasets come as tf.data reads them (a few thousand examples at a time); the demo corpus
+is generated whole and handed out in chunks.
 """
 from __future__ import annotations
 
@@ -48,6 +49,9 @@ class CorpusStream:
 
     def chunks(self) -> Iterator[list[Pair]]:
         """The kept pairs, ``chunk`` lines' worth at a time."""
+        if self.data_cfg.source == "tfds":
+            yield from self._tfds_chunks()
+            return
         if not self.paths:
             corpus = sources.load_corpus(self.data_cfg, self.split)
             for start in range(0, len(corpus.pairs), self.chunk):
@@ -63,6 +67,19 @@ class CorpusStream:
         if line == 1:
             raise ValueError(f"empty corpus: {origin} "
                              f"{'has' if len(self.paths) == 1 else 'have'} no lines")
+        kept.finish()
+        self.num_pairs, self.num_skipped = kept.kept, kept.num_skipped
+
+    def _tfds_chunks(self) -> Iterator[list[Pair]]:
+        from jformer.data import tfds_source  # imports TensorFlow: only when asked for
+
+        cfg, name = self.data_cfg, sources.split_name(self.data_cfg, self.split)
+        kept = PairFilter(tfds_source.origin(cfg.tfds_name, name, cfg.src_lang, cfg.tgt_lang))
+        line = 1
+        for src, tgt in tfds_source.iter_tfds(cfg.tfds_name, name, cfg.src_lang,
+                                              cfg.tgt_lang, cfg.tfds_data_dir):
+            yield kept.keep(src, tgt, line)
+            line += len(src)
         kept.finish()
         self.num_pairs, self.num_skipped = kept.kept, kept.num_skipped
 
