@@ -135,9 +135,11 @@ def _build_streamed(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | N
             src, tgt = encode_pairs(tokenizer, pairs)
             src, tgt, stats = batching.filter_by_length(
                 src, tgt, data_cfg.max_source_len, data_cfg.max_target_len,
-                data_cfg.overlong)
+                data_cfg.overlong, log=False)
             out.add(src, tgt)
             totals += dataclasses.astuple(stats)
+        batching.log_filtered(batching.FilterStats(*totals.tolist()),
+                              data_cfg.max_source_len, data_cfg.max_target_len)
         if totals[0] == totals[1]:
             raise ValueError(f"all {totals[0]} train pairs are longer than "
                              f"data.max_source_len={data_cfg.max_source_len} or "
