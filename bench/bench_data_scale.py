@@ -159,6 +159,7 @@ def main(argv=None) -> None:
         return
     made = args.dir is None
     args.dir = args.dir or tempfile.mkdtemp(prefix="jformer-data-scale-")
+    os.makedirs(args.dir, exist_ok=True)
     try:
         t0 = time.perf_counter()
         if not os.path.isfile(os.path.join(args.dir, "train.de")):
