@@ -7,15 +7,18 @@ it, first start against restart.
 The corpus has WMT-like lengths (words per sentence log-normal around 23, the target's
 length tied to the source's, a Zipf-distributed vocabulary of 60,000 made-up words with
 an 8-piece morphology) and is written as two text files. Then, each in a fresh process
-(peak RSS is that process's):
+(peak RSS is that process's), as ``jformer train`` builds its train split
+(``build_pipeline(..., "train")``, then the first batch):
 
-- ``vocab``: learning the joint sentencepiece vocabulary (``data.vocab_sample_size``
-  sentences sampled) from the text;
-- ``first``: ``build_pipeline(..., "train")`` in a workdir holding only that vocabulary:
-  reading, encoding, filtering and (with the encoded cache) saving, to the first batch;
+- ``first``: from an empty workdir: the joint sentencepiece vocabulary learned
+  (``data.vocab_sample_size`` sentences sampled), the split read, encoded, filtered and
+  (with the encoded cache) saved, to the first batch;
 - ``restart``: the same call again, to the first batch (the cache, when on, is read);
 - ``iterate``: target tokens/s of the train iterator, on one core, over --iterate-s.
 
+``first`` prints its parts: ``vocab_s`` (drawing the sample and learning the
+vocabulary), ``encode_s`` (the rest of building the split: reading, encoding,
+filtering, saving) and ``batch_s`` (to the first batch); ``seconds`` is their sum.
 ``--no-cache`` runs ``first`` and ``restart`` with ``data.encoded_cache=False`` too
 (today's path before the cache), for the comparison. Prints one line a phase: seconds,
 peak RSS; and the iterator's rate.
@@ -105,28 +108,46 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB -> GiB
 
 
+def _timed_vocabulary(spent: list[float]) -> None:
+    """Adds the time spent drawing the vocabulary's sample and learning (or loading and
+    checking) it to ``spent[0]``."""
+    from jformer.data import rows, streamed
+
+    def timed(fn):
+        def run(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return run
+    rows.load_or_train_tokenizer = timed(rows.load_or_train_tokenizer)
+    streamed.CorpusStream.sample_sentences = timed(streamed.CorpusStream.sample_sentences)
+
+
 def worker(args) -> dict:
     """One phase in this process; returns its figures."""
-    from jformer.data import pipeline, vocabulary
+    from jformer.data import pipeline
 
     root = args.dir
     cfg = _config(args, root)
     workdir = os.path.join(root, f"run-cache{args.cache}")
-    t0 = time.perf_counter()
-    if args.phase == "vocab":
-        os.makedirs(os.path.join(root, "vocab"), exist_ok=True)
-        vocabulary.load_or_train_tokenizer(cfg, os.path.join(root, "vocab"))
-        return {"seconds": time.perf_counter() - t0, "peak_rss_gb": _peak_rss_gb()}
     if args.phase in ("first", "restart"):
-        if args.phase == "first":  # a workdir holding only the learned vocabulary
+        if args.phase == "first":  # an empty workdir, as a new run's
             shutil.rmtree(workdir, ignore_errors=True)
             os.makedirs(workdir)
-            for name in ("spm.model", "spm.vocab", "spm.json"):
-                shutil.copy(os.path.join(root, "vocab", name), workdir)
+        vocab = [0.0]
+        _timed_vocabulary(vocab)
+        t0 = time.perf_counter()
         split = pipeline.build_pipeline(cfg, workdir, "train")
+        built = time.perf_counter()
         batch = next(split.batches)
-        return {"seconds": time.perf_counter() - t0, "peak_rss_gb": _peak_rss_gb(),
-                "pairs": split.filter_stats.num_pairs, "batch_shape": list(batch["targets"].shape)}
+        done = time.perf_counter()
+        parts = ({"vocab_s": vocab[0], "encode_s": built - t0 - vocab[0],
+                  "batch_s": done - built} if args.phase == "first" else {})
+        return {"seconds": done - t0, **parts, "peak_rss_gb": _peak_rss_gb(),
+                "pairs": split.filter_stats.num_pairs,
+                "batch_shape": list(batch["targets"].shape)}
     if args.phase == "iterate":
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
         split = pipeline.build_pipeline(cfg, workdir, "train")
@@ -168,11 +189,11 @@ def main(argv=None) -> None:
         size = sum(os.path.getsize(os.path.join(args.dir, f"train.{x}")) for x in ("en", "de"))
         print(f"corpus: {args.pairs:,} pairs, {size / 1e9:.2f} GB of text "
               f"({time.perf_counter() - t0:.0f} s to make)", flush=True)
-        rows = [("vocab", 1)] + [(p, c) for c in ([1, 0] if args.no_cache else [1])
-                                 for p in ("first", "restart")] + [("iterate", 1)]
+        rows = [(p, c) for c in ([1, 0] if args.no_cache else [1])
+                for p in ("first", "restart")] + [("iterate", 1)]
         for phase, cache in rows:
             out = _run(args, phase, cache)
-            label = phase + ("" if phase in ("vocab", "iterate") else
+            label = phase + ("" if phase == "iterate" else
                              f" (encoded cache {'on' if cache else 'off'})")
             print(f"{label}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else
                                           f"{k} {v}" for k, v in out.items()), flush=True)

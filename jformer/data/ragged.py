@@ -15,9 +15,11 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class RaggedArray:
-    """Rows of int32 ids. Row i is ``values[offsets[i]:offsets[i + 1]]``.
+    """Rows of ids. Row i is ``values[offsets[i]:offsets[i + 1]]``.
 
-    values: int32 [total_tokens]; offsets: int64 [num_rows + 1], offsets[0] == 0.
+    values: int32 [total_tokens] (uint16 when memory-mapped from an encoded cache of a
+    vocabulary of at most 65,536 ids; :meth:`padded` gives int32 either way);
+    offsets: int64 [num_rows + 1], offsets[0] == 0.
     """
 
     values: np.ndarray

@@ -106,20 +106,20 @@ def cached_train_rows(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer |
         tokenizer, src, tgt, stats, corpus = encoded_rows(data_cfg, workdir, "train",
                                                           tokenizer)
         cached().save(src, tgt, {"filter": dataclasses.astuple(stats),
-                                 "num_skipped": corpus.num_skipped})
+                                 "num_skipped": corpus.num_skipped}, tokenizer.vocab_size)
     else:
-        _build_streamed(data_cfg, workdir, tokenizer, cached)
-    tokenizer = tokenizer or load_or_train_tokenizer(data_cfg, workdir)
+        tokenizer = _build_streamed(data_cfg, workdir, tokenizer, cached)
     src, tgt, meta = cached().load()  # memory-mapped
     return (tokenizer, src, tgt, batching.FilterStats(*meta["filter"]),
             meta["num_skipped"])
 
 
 def _build_streamed(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | None,
-                    cached) -> None:
+                    cached) -> Tokenizer:
     """The train split read, encoded, filtered and written to its cache a chunk at a
     time; the vocabulary, where it must be learned or checked against its record, from
-    the sample :meth:`CorpusStream.sample_sentences` draws (as from the whole split)."""
+    the sample :meth:`CorpusStream.sample_sentences` draws (as from the whole split).
+    Returns the tokenizer."""
     stream = CorpusStream(data_cfg, "train")
     if tokenizer is None:
         path = tokenizer_path(data_cfg, workdir)
@@ -130,7 +130,7 @@ def _build_streamed(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | N
                   if checks else None)
         tokenizer = load_or_train_tokenizer(data_cfg, workdir, sentences=sample)
     totals = np.zeros(3, np.int64)  # FilterStats: pairs in, dropped, truncated
-    with cached().writer() as out:
+    with cached().writer(tokenizer.vocab_size) as out:
         for pairs in stream.chunks():
             src, tgt = encode_pairs(tokenizer, pairs)
             src, tgt, stats = batching.filter_by_length(
@@ -145,6 +145,7 @@ def _build_streamed(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | N
                              f"data.max_source_len={data_cfg.max_source_len} or "
                              f"data.max_target_len={data_cfg.max_target_len} tokens")
         out.meta.update(filter=totals.tolist(), num_skipped=stream.num_skipped)
+    return tokenizer
 
 
 def _sync(name: str) -> None:

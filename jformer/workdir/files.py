@@ -121,6 +121,22 @@ def decode_line(raw: bytes, name: str, line_no: int) -> str:
     return text.rstrip("\r\n")
 
 
+def decode_lines(body: bytes, name: str, first_line_no: int) -> list[str]:
+    """The lines of ``body`` (lines ``first_line_no``, ... of ``name``, split at b"\\n"),
+    each as :func:`decode_line` gives it. Decoded whole (UTF-8 never holds a b"\\n"
+    inside a character, so that is decoding line by line), and line by line only to
+    name the line of an error."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return [decode_line(raw, name, first_line_no + i)
+                for i, raw in enumerate(body.split(b"\n"))]
+    lines = text.split("\n")
+    if first_line_no == 1 and text.startswith(BOM):
+        lines[0] = lines[0][1:]
+    return [line.rstrip("\r") for line in lines] if "\r" in text else lines
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
     """All lines of a UTF-8 text file (``.gz``: gzipped), without line ends."""
     path = os.fspath(path)
@@ -131,10 +147,9 @@ def read_lines(path: str | os.PathLike) -> list[str]:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
             raise ValueError(f"cannot read {path}: {e}") from e
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    return [decode_line(raw, path, i + 1) for i, raw in enumerate(lines)]
+    if not data:
+        return []
+    return decode_lines(data[:-1] if data.endswith(b"\n") else data, path, 1)
 
 
 def iter_line_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
@@ -151,9 +166,13 @@ def iter_line_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
                 data = f.read(block_bytes)
                 if not data:
                     break
-                lines = (rest + data).split(b"\n")
-                rest = lines.pop()
-                yield [decode_line(raw, path, line_no + i + 1) for i, raw in enumerate(lines)]
+                data, cut = rest + data, data.rfind(b"\n")
+                if cut < 0:
+                    rest = data
+                    continue
+                cut += len(rest)  # the last line end, in rest + data
+                lines, rest = decode_lines(data[:cut], path, line_no + 1), data[cut + 1:]
+                yield lines
                 line_no += len(lines)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise ValueError(f"cannot read {path}: {e}") from e

@@ -17,37 +17,54 @@ TGT = RaggedArray.from_rows([[11, 2], [12, 13, 2], [14, 2]])
 def test_saved_rows_load_back_memory_mapped(tmp_path):
     cache = EncodedCache(tmp_path, "ab" * 32)
     assert cache.load() is None
-    cache.save(SRC, TGT, {"filter": [3, 0, 0]})
+    cache.save(SRC, TGT, {"filter": [3, 0, 0]}, 100)
     src, tgt, meta = cache.load()
     assert isinstance(src.values, np.memmap) and isinstance(tgt.values, np.memmap)
     assert [r.tolist() for r in src.to_rows()] == [r.tolist() for r in SRC.to_rows()]
     assert [r.tolist() for r in tgt.to_rows()] == [r.tolist() for r in TGT.to_rows()]
     assert meta["filter"] == [3, 0, 0] and meta["rows"] == 3 and meta["src_tokens"] == 9
+    assert src.values.dtype == np.uint16 and (cache.path / "src.values").stat().st_size == 18
     assert cache.path == tmp_path / "data" / f"train-{'ab' * 8}"
 
 
 def test_a_torn_cache_is_absent_and_a_foreign_one_refused(tmp_path):
     cache = EncodedCache(tmp_path, "cd" * 32)
-    cache.save(SRC, TGT, {})
+    cache.save(SRC, TGT, {}, 100)
     (cache.path / META).unlink()  # the crash came before the meta
     assert cache.load() is None
-    cache.save(SRC, TGT, {})
+    cache.save(SRC, TGT, {}, 100)
     meta = json.loads((cache.path / META).read_text())
     (cache.path / META).write_text(json.dumps(dict(meta, key="ef" * 32)))
     with pytest.raises(ValueError, match=r"encoded data cache of another key.*delete the folder"):
         cache.load()
-    cache.save(SRC, TGT, {})
+    cache.save(SRC, TGT, {}, 100)
     np.array([0, 2, 5], np.int64).tofile(cache.path / "tgt.offsets")  # a row short
     with pytest.raises(ValueError, match=r"tgt.offsets: expected 4 int64 values"):
         cache.load()
     with pytest.raises(ValueError, match="same number of rows"):
-        cache.save(SRC, RaggedArray.from_rows([[1]]), {})
+        cache.save(SRC, RaggedArray.from_rows([[1]]), {}, 100)
     assert cache.load() is None  # the failed build left no meta.json
+
+
+def test_values_are_uint16_up_to_65536_ids_and_int32_beyond(tmp_path):
+    big = RaggedArray.from_rows([[65535, 0], [70000]])
+    wide = EncodedCache(tmp_path, "34" * 32)
+    wide.save(big, big, {}, 70001)  # a vocabulary over 65,536 ids
+    src, _, meta = wide.load()
+    assert src.values.dtype == np.int32 and meta["values_dtype"] == "<i4"
+    assert [r.tolist() for r in src.to_rows()] == [[65535, 0], [70000]]
+    narrow = EncodedCache(tmp_path, "56" * 32)
+    narrow.save(SRC, TGT, {}, 1 << 16)
+    assert narrow.load()[0].values.dtype == np.uint16
+    with pytest.raises(ValueError, match=r"src ids must lie in \[0, 65535\] for uint16 "
+                                         r"values; got \[0, 70000\]"):
+        narrow.save(big, big, {}, 1 << 16)  # ids the vocabulary size did not announce
+    assert narrow.load() is None
 
 
 def test_chunks_written_one_by_one_load_as_their_concatenation(tmp_path):
     cache = EncodedCache(tmp_path, "12" * 32)
-    with cache.writer() as out:
+    with cache.writer(100) as out:
         out.add(SRC, TGT)
         out.add(TGT, SRC)
         out.meta["note"] = "two chunks"
@@ -58,7 +75,7 @@ def test_chunks_written_one_by_one_load_as_their_concatenation(tmp_path):
                                                    TGT.to_rows() + SRC.to_rows()]
     assert (meta["rows"], meta["src_tokens"], meta["note"]) == (6, 16, "two chunks")
     with pytest.raises(RuntimeError):  # an error mid-build: the cache stays absent
-        with cache.writer() as out:
+        with cache.writer(100) as out:
             out.add(SRC, TGT)
             raise RuntimeError("the input broke")
     assert cache.load() is None
