@@ -24,7 +24,7 @@ from typing import Iterator
 import numpy as np
 
 from jformer.config import DataConfig
-from jformer.data import sources
+from jformer.data import line_scan, sources
 from jformer.data.corpus import Pair, PairFilter
 from jformer.workdir import files
 
@@ -117,11 +117,16 @@ class CorpusStream:
 
     def sample_sentences(self, sample_size: int, seed: int) -> list[str]:
         """The sentences :meth:`Tokenizer.train` draws from this split's (all sources,
-        then all targets; ``sample_size`` of them by its rule, or all), read in two
-        passes: one to count the pairs, one to pick them. Equal to
+        then all targets; ``sample_size`` of them by its rule, or all): equal to
         ``_sample(sources + targets, sample_size, seed)`` of the whole split, so the
-        vocabulary and its record (spm.json) are those of reading it whole."""
-        if self.num_pairs is None:
+        vocabulary and its record (spm.json) are those of reading it whole. The rule needs
+        the number of pairs first, so the split is passed over twice: two text files at
+        the byte level (:mod:`jformer.data.line_scan`: a pass costs about reading the
+        bytes), other sources chunk by chunk."""
+        if len(self.paths) == 2 and sample_size > 0:
+            lines, skipped = line_scan.scan_pairs(*self.paths)
+            self._counted(lines, skipped)
+        elif self.num_pairs is None:
             for _ in self.chunks():
                 pass
         n = self.num_pairs
@@ -134,6 +139,9 @@ class CorpusStream:
         keep = np.sort(np.random.default_rng(seed).choice(2 * n, size=sample_size,
                                                           replace=False))
         wanted = (keep[keep < n], keep[keep >= n] - n)  # source rows, target rows
+        if len(self.paths) == 2:
+            return [text for path, rows in zip(self.paths, wanted) for text in
+                    line_scan.pick_lines(path, line_scan.kept_to_line(rows, skipped))]
         picked, start = [[], []], 0
         for pairs in self.chunks():
             end = start + len(pairs)
@@ -143,3 +151,13 @@ class CorpusStream:
                     picked[side].append(pairs[row - start][side])
             start = end
         return picked[0] + picked[1]
+
+    def _counted(self, lines: int, skipped: np.ndarray) -> None:
+        """num_pairs and num_skipped from a scan; an empty corpus refused as by
+        :meth:`chunks`."""
+        origin = " / ".join(self.paths)
+        if not lines:
+            raise ValueError(f"empty corpus: {origin} have no lines")
+        if lines == skipped.size:
+            raise ValueError(f"empty corpus: no non-empty sentence pairs in {origin}")
+        self.num_pairs, self.num_skipped = lines - int(skipped.size), int(skipped.size)

@@ -152,16 +152,17 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     return decode_lines(data[:-1] if data.endswith(b"\n") else data, path, 1)
 
 
-def iter_line_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
-                     ) -> Iterator[list[str]]:
-    """The lines of :func:`read_lines`, a block at a time (about ``block_bytes`` of text
-    each), so a file of any size is read in bounded memory; the same errors, naming the
-    file and line."""
+def iter_byte_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
+                     ) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, body): a file (``.gz``: gzipped) as runs of whole lines,
+    about ``block_bytes`` each, read in bounded memory. A body's lines are
+    ``body.split(b"\\n")``, line ends not included; the lines of all bodies are those of
+    :func:`read_lines`, undecoded. A missing file: the OSError names it."""
     path = os.fspath(path)
     opener = gzip.open if path.endswith(".gz") else open
-    line_no, rest = 0, b""
+    line_no, rest = 1, b""
     try:
-        with opener(path, "rb") as f:  # a missing file: the OSError names it
+        with opener(path, "rb") as f:
             while True:
                 data = f.read(block_bytes)
                 if not data:
@@ -171,13 +172,22 @@ def iter_line_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
                     rest = data
                     continue
                 cut += len(rest)  # the last line end, in rest + data
-                lines, rest = decode_lines(data[:cut], path, line_no + 1), data[cut + 1:]
-                yield lines
-                line_no += len(lines)
+                body, rest = data[:cut], data[cut + 1:]
+                yield line_no, body
+                line_no += body.count(b"\n") + 1
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise ValueError(f"cannot read {path}: {e}") from e
     if rest:
-        yield [decode_line(rest, path, line_no + 1)]
+        yield line_no, rest
+
+
+def iter_line_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
+                     ) -> Iterator[list[str]]:
+    """The lines of :func:`read_lines`, a block at a time (about ``block_bytes`` of text
+    each), so a file of any size is read in bounded memory; the same errors, naming the
+    file and line."""
+    for line_no, body in iter_byte_blocks(path, block_bytes):
+        yield decode_lines(body, os.fspath(path), line_no)
 
 
 def load_config(workdir: str | os.PathLike):
