@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer.config import DataConfig  # noqa: E402
-from jformer.data import batching, pipeline, sources  # noqa: E402
+from jformer.data import batching, pipeline, rows, sources, vocabulary  # noqa: E402
 from jformer.data.ragged import RaggedArray  # noqa: E402
 from jformer.data.tokenizer import Tokenizer  # noqa: E402
 
@@ -104,7 +104,7 @@ def main() -> None:
     print(f"corpus: {corpus.origin}: {len(corpus.pairs)} pairs (read in {t_load:.2f} s)")
     with tempfile.TemporaryDirectory() as workdir:
         t0 = time.perf_counter()
-        tok = pipeline.load_or_train_tokenizer(cfg, workdir, corpus.pairs)
+        tok = vocabulary.load_or_train_tokenizer(cfg, workdir, corpus.pairs)
         print(f"tokenizer: {cfg.vocab_model_type}, {tok.vocab_size} pieces, trained in "
               f"{time.perf_counter() - t0:.1f} s on {2 * len(corpus.pairs)} sentences")
         sentences = [s for s, _ in corpus.pairs] + [t for _, t in corpus.pairs]
@@ -112,7 +112,7 @@ def main() -> None:
         print(f"tokenizer speed: encode {enc:,.0f} sentences/s, decode {dec:,.0f} sentences/s "
               f"({len(sentences)} sentences, batched, {os.cpu_count()} CPUs)")
         t0 = time.perf_counter()
-        src, tgt = pipeline.encode_pairs(tok, corpus.pairs)
+        src, tgt = rows.encode_pairs(tok, corpus.pairs)
         src, tgt, stats = batching.filter_by_length(src, tgt, args.max_len, args.max_len)
         print(f"encode + filter corpus: {time.perf_counter() - t0:.2f} s; {len(src)} pairs kept "
               f"({stats.num_dropped} over {args.max_len} tokens dropped); mean length "

@@ -51,6 +51,9 @@ class DataConfig:
     pack: bool = False  # pack several pairs per row (segment ids + positions)
     pack_len: int = 128  # row length when packing
     shuffle_buffer: int = 0  # must stay 0 (training checks): the epoch plan shuffles fully
+    # keep the train split encoded in <workdir>/data, memory-mapped by later starts and by
+    # every host (jformer.data.encoded_cache); False: read and encode it on every start
+    encoded_cache: bool = True
     seed: int = 0  # shuffling seed
 
     def __post_init__(self) -> None:

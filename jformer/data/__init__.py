@@ -18,13 +18,9 @@ from jformer.data.batching import (
     rows_for,
 )
 from jformer.data.packing import first_fit, packed_batch
-from jformer.data.pipeline import (
-    DataSplit,
-    batch_options,
-    build_pipeline,
-    encode_pairs,
-    load_or_train_tokenizer,
-)
+from jformer.data.pipeline import DataSplit, batch_options, build_pipeline
+from jformer.data.rows import encode_pairs
+from jformer.data.vocabulary import load_or_train_tokenizer
 from jformer.data.ragged import RaggedArray
 from jformer.data.sources import (
     SPLITS,

@@ -74,10 +74,11 @@ class FilterStats:
 
 
 def filter_by_length(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
-                     max_target_len: int, overlong: str = "drop"
+                     max_target_len: int, overlong: str = "drop", *, log: bool = True
                      ) -> tuple[RaggedArray, RaggedArray, FilterStats]:
     """Drops pairs with a side over its maximum length (lengths count the EOS), or, with
-    overlong="truncate", cuts them keeping the final EOS."""
+    overlong="truncate", cuts them keeping the final EOS; ``log``: say how many (a
+    caller filtering chunk by chunk says it once, for all)."""
     if len(src) != len(tgt):
         raise ValueError(f"src and tgt must have the same number of rows; got {len(src)} "
                          f"and {len(tgt)}")
@@ -94,11 +95,17 @@ def filter_by_length(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
         if n_long:
             keep = np.flatnonzero(~too_long)
             src, tgt = src.take(keep), tgt.take(keep)
+    if log:
+        log_filtered(stats, max_source_len, max_target_len)
+    return src, tgt, stats
+
+
+def log_filtered(stats: FilterStats, max_source_len: int, max_target_len: int) -> None:
+    n_long = stats.num_dropped + stats.num_truncated
     if n_long:
         _log.info("%s %d of %d pairs longer than %d (source) / %d (target) tokens",
-                  "truncated" if overlong == "truncate" else "dropped", n_long, len(too_long),
+                  "truncated" if stats.num_truncated else "dropped", n_long, stats.num_pairs,
                   max_source_len, max_target_len)
-    return src, tgt, stats
 
 
 @dataclasses.dataclass(frozen=True)

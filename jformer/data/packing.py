@@ -58,7 +58,7 @@ def _pack_side(ragged: RaggedArray, ids: np.ndarray, row: np.ndarray, segment: n
     """Tokens, segment ids and positions, each int32 [num_rows, pack_len], for pairs ids
     (sorted by row, in placement order) placed in rows ``row`` with segment ids ``segment``.
     """
-    lengths = ragged.lengths[ids]
+    lengths = ragged.lengths_of(ids)
     ends = np.cumsum(lengths)
     starts = ends - lengths  # exclusive cumsum over all items of the batch
     first_of_row = np.searchsorted(row, row, side="left")  # index of the row's first item
@@ -69,7 +69,7 @@ def _pack_side(ragged: RaggedArray, ids: np.ndarray, row: np.ndarray, segment: n
     tokens = np.full((num_rows, pack_len), pad_id, dtype=np.int32)
     seg = np.zeros((num_rows, pack_len), dtype=np.int32)
     pos = np.zeros((num_rows, pack_len), dtype=np.int32)
-    tokens[rows_t, cols_t] = ragged.values[ragged.offsets[:-1][ids][item] + within]
+    tokens[rows_t, cols_t] = ragged.values[ragged.offsets[ids][item] + within]
     seg[rows_t, cols_t] = segment[item]
     pos[rows_t, cols_t] = within
     return tokens, seg, pos

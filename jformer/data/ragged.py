@@ -15,9 +15,11 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class RaggedArray:
-    """Rows of int32 ids. Row i is ``values[offsets[i]:offsets[i + 1]]``.
+    """Rows of ids. Row i is ``values[offsets[i]:offsets[i + 1]]``.
 
-    values: int32 [total_tokens]; offsets: int64 [num_rows + 1], offsets[0] == 0.
+    values: int32 [total_tokens] (uint16 when memory-mapped from an encoded cache of a
+    vocabulary of at most 65,536 ids; :meth:`padded` gives int32 either way);
+    offsets: int64 [num_rows + 1], offsets[0] == 0.
     """
 
     values: np.ndarray
@@ -62,6 +64,11 @@ class RaggedArray:
         """int64 [num_rows]."""
         return np.diff(self.offsets)
 
+    def lengths_of(self, idx: np.ndarray) -> np.ndarray:
+        """int64 [k]: the lengths of rows idx (int [k]), reading only their offsets (a
+        batch's cost does not grow with the corpus)."""
+        return self.offsets[idx + 1] - self.offsets[idx]
+
     def row(self, i: int) -> np.ndarray:
         return self.values[self.offsets[i]: self.offsets[i + 1]]
 
@@ -71,12 +78,12 @@ class RaggedArray:
     def take(self, idx: np.ndarray) -> "RaggedArray":
         """The rows idx (int [k]) in that order, as a new RaggedArray."""
         idx = np.asarray(idx, dtype=np.int64)
-        lengths = self.lengths[idx]
+        lengths = self.lengths_of(idx)
         offsets = np.zeros(idx.size + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         # Position of every output token in self.values: row start + index within row.
         within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
-        flat = np.repeat(self.offsets[:-1][idx], lengths) + within
+        flat = np.repeat(self.offsets[idx], lengths) + within
         return RaggedArray(self.values[flat], offsets)
 
     def truncate(self, max_len: int) -> "RaggedArray":
@@ -102,12 +109,12 @@ class RaggedArray:
         idx = np.asarray(idx, dtype=np.int64)
         valid = idx >= 0
         safe = np.where(valid, idx, 0)
-        lengths = np.where(valid, self.lengths[safe], 0)
+        lengths = np.where(valid, self.lengths_of(safe), 0)
         if lengths.size and lengths.max() > width:
             raise ValueError(f"a row of length {lengths.max()} does not fit width {width}")
         pos = np.arange(width)
         mask = pos[None, :] < lengths[:, None]
-        flat = np.where(mask, self.offsets[:-1][safe][:, None] + pos[None, :], 0)
+        flat = np.where(mask, self.offsets[safe][:, None] + pos[None, :], 0)
         out = np.full((idx.size, width), pad_id, dtype=np.int32)
         if self.values.size:
             np.copyto(out, self.values[flat], where=mask)

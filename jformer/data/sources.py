@@ -25,6 +25,7 @@ Bad input never crashes deep in the pipeline:
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import string
@@ -137,6 +138,28 @@ def load_demo(data_cfg: DataConfig, split: str) -> ParallelCorpus:
         raise ValueError(f"empty corpus: demo split {split!r} has 0 pairs "
                          f"(data.demo_num_{split})")
     return ParallelCorpus(pairs, f"demo corpus (seed {data_cfg.demo_seed}, {split})")
+
+
+# DataConfig fields that never change a split's encoded rows (batching, the other splits)
+_NOT_ROWS = ("max_tokens", "pack", "pack_len", "shuffle_buffer", "seed", "eval_split",
+             "test_split", "tfds_eval_split", "tfds_test_split", "encoded_cache")
+
+
+def split_inputs(data_cfg: DataConfig, split: str) -> tuple[list[str], dict]:
+    """What a split's encoded rows depend on besides the tokenizer: the files it is read
+    from (text: its file(s); tfds: every file of the dataset's folder; demo: none) and
+    the data settings (:mod:`jformer.data.encoded_cache` keys on both)."""
+    settings = {k: v for k, v in dataclasses.asdict(data_cfg).items() if k not in _NOT_ROWS}
+    settings["split"] = split_name(data_cfg, split)
+    if data_cfg.source == "text":
+        return text_paths(data_cfg, split), settings
+    if data_cfg.source == "tfds":
+        root = data_cfg.tfds_data_dir or os.environ.get(
+            "TFDS_DATA_DIR", os.path.expanduser("~/tensorflow_datasets"))
+        folder = os.path.join(root, *data_cfg.tfds_name.split("/"))
+        return sorted(os.path.join(d, n) for d, _, names in os.walk(folder) for n in names), \
+            settings
+    return [], settings
 
 
 def load_corpus(data_cfg: DataConfig, split: str) -> ParallelCorpus:

@@ -8,6 +8,7 @@ so this module imports it only when a TFDS source is read.
 from __future__ import annotations
 
 import logging
+from typing import Iterator
 
 from jformer.data.corpus import ParallelCorpus, make_corpus
 
@@ -42,6 +43,23 @@ def load_tfds(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str
     Raises FileNotFoundError (with the command that prepares it) when the dataset is not
     prepared in data_dir, and ValueError for an unknown dataset, split or language.
     """
+    sources: list[str] = []
+    targets: list[str] = []
+    for src, tgt in iter_tfds(name, split, src_lang, tgt_lang, data_dir):
+        sources += src
+        targets += tgt
+    return make_corpus(sources, targets, origin(name, split, src_lang, tgt_lang))
+
+
+def origin(name: str, split: str, src_lang: str, tgt_lang: str) -> str:
+    """How messages name the split's examples."""
+    return f"tfds {name} {split} ({src_lang}-{tgt_lang}, example numbers are 1-based)"
+
+
+def iter_tfds(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str = ""
+              ) -> Iterator[tuple[list[str], list[str]]]:
+    """:func:`load_tfds`' texts as they are read, a few thousand examples at a time
+    (source texts, target texts); its errors. An empty split is a ValueError."""
     _require_tensorflow()
     import tensorflow_datasets as tfds  # heavy: imported on use
 
@@ -61,17 +79,17 @@ def load_tfds(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str
     except (KeyError, ValueError) as e:
         raise ValueError(f"TFDS dataset {name!r}: cannot read split {split!r} ({e}); "
                          f"available: {list(builder.info.splits)}") from e
-    sources: list[str] = []
-    targets: list[str] = []
+    seen = 0
     for batch in tfds.as_numpy(ds.batch(_READ_BATCH)):
-        for side, lang in ((sources, src_lang), (targets, tgt_lang)):
+        texts: tuple[list[str], list[str]] = ([], [])
+        for side, lang in zip(texts, (src_lang, tgt_lang)):
             for raw in batch[lang]:
                 try:
                     side.append(raw.decode("utf-8"))
                 except UnicodeDecodeError as e:
                     raise ValueError(f"TFDS {name} {split}: invalid UTF-8 in the {lang} text "
-                                     f"of example {len(side) + 1}: {e}") from e
-    if not sources:
+                                     f"of example {seen + len(side) + 1}: {e}") from e
+        seen += len(texts[0])
+        yield texts
+    if not seen:
         raise ValueError(f"empty corpus: TFDS {name} split {split!r} has no examples")
-    return make_corpus(sources, targets, f"tfds {name} {split} ({src_lang}-"
-                                                   f"{tgt_lang}, example numbers are 1-based)")

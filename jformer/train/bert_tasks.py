@@ -30,7 +30,7 @@ from jformer import config as config_lib
 from jformer.config.fields import check, check_seed
 from jformer.data import demo
 from jformer.data.epochs import EpochIterator, EpochOptions
-from jformer.data.pipeline import load_or_train_tokenizer
+from jformer.data.vocabulary import load_or_train_tokenizer
 from jformer.workdir import files
 from jformer.data.pretraining import (SPECIAL_PIECES, Documents, PretrainingSource,
                                       PretrainOptions, Specials, read_documents)

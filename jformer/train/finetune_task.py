@@ -31,7 +31,7 @@ from jformer.data import finetuning as ft
 from jformer.data import sources
 from jformer.data.epochs import EpochIterator
 from jformer.data.finetuning import Example
-from jformer.data.pipeline import load_or_train_tokenizer
+from jformer.data.vocabulary import load_or_train_tokenizer
 from jformer.data.pretraining import SPECIAL_PIECES, Specials
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.encoder import EncoderPredictor, answer_scores, entity_f1

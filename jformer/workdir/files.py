@@ -28,7 +28,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 CONFIG_FILENAME = "config.json"
 SPM_FILENAME = "spm.model"
@@ -121,6 +121,22 @@ def decode_line(raw: bytes, name: str, line_no: int) -> str:
     return text.rstrip("\r\n")
 
 
+def decode_lines(body: bytes, name: str, first_line_no: int) -> list[str]:
+    """The lines of ``body`` (lines ``first_line_no``, ... of ``name``, split at b"\\n"),
+    each as :func:`decode_line` gives it. Decoded whole (UTF-8 never holds a b"\\n"
+    inside a character, so that is decoding line by line), and line by line only to
+    name the line of an error."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return [decode_line(raw, name, first_line_no + i)
+                for i, raw in enumerate(body.split(b"\n"))]
+    lines = text.split("\n")
+    if first_line_no == 1 and text.startswith(BOM):
+        lines[0] = lines[0][1:]
+    return [line.rstrip("\r") for line in lines] if "\r" in text else lines
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
     """All lines of a UTF-8 text file (``.gz``: gzipped), without line ends."""
     path = os.fspath(path)
@@ -131,10 +147,47 @@ def read_lines(path: str | os.PathLike) -> list[str]:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
             raise ValueError(f"cannot read {path}: {e}") from e
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    return [decode_line(raw, path, i + 1) for i, raw in enumerate(lines)]
+    if not data:
+        return []
+    return decode_lines(data[:-1] if data.endswith(b"\n") else data, path, 1)
+
+
+def iter_byte_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
+                     ) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, body): a file (``.gz``: gzipped) as runs of whole lines,
+    about ``block_bytes`` each, read in bounded memory. A body's lines are
+    ``body.split(b"\\n")``, line ends not included; the lines of all bodies are those of
+    :func:`read_lines`, undecoded. A missing file: the OSError names it."""
+    path = os.fspath(path)
+    opener = gzip.open if path.endswith(".gz") else open
+    line_no, rest = 1, b""
+    try:
+        with opener(path, "rb") as f:
+            while True:
+                data = f.read(block_bytes)
+                if not data:
+                    break
+                data, cut = rest + data, data.rfind(b"\n")
+                if cut < 0:
+                    rest = data
+                    continue
+                cut += len(rest)  # the last line end, in rest + data
+                body, rest = data[:cut], data[cut + 1:]
+                yield line_no, body
+                line_no += body.count(b"\n") + 1
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    if rest:
+        yield line_no, rest
+
+
+def iter_line_blocks(path: str | os.PathLike, block_bytes: int = 1 << 24
+                     ) -> Iterator[list[str]]:
+    """The lines of :func:`read_lines`, a block at a time (about ``block_bytes`` of text
+    each), so a file of any size is read in bounded memory; the same errors, naming the
+    file and line."""
+    for line_no, body in iter_byte_blocks(path, block_bytes):
+        yield decode_lines(body, os.fspath(path), line_no)
 
 
 def load_config(workdir: str | os.PathLike):

@@ -58,6 +58,20 @@ def test_tfds_with_mock_data(tfds):
     assert "validation" in valid.origin and "train" in en_de.origin
 
 
+def test_tfds_streams_the_pairs_of_loading_whole(tfds, monkeypatch):
+    from jformer.data import tfds_source
+    from jformer.data.streamed import CorpusStream
+
+    monkeypatch.setattr(tfds_source, "_READ_BATCH", 4)  # several tf.data batches
+    cfg = DataConfig(source="tfds", tfds_name=_WMT)
+    with tfds.testing.mock_data(num_examples=11, policy=tfds.testing.MockPolicy.USE_CODE):
+        whole = sources.load_corpus(cfg, "train")
+        stream = CorpusStream(cfg, "train")
+        chunks = list(stream.chunks())
+    assert len(chunks) == 3  # 11 examples, 4 a read and [p for c in chunks for p in c] == whole.pairs
+    assert (stream.num_pairs, stream.num_skipped) == (len(whole.pairs), whole.num_skipped)
+
+
 def test_tfds_unprepared_says_how_to_prepare(tfds, tmp_path):
     cfg = DataConfig(source="tfds", tfds_name=_WMT, tfds_data_dir=str(tmp_path))
     with pytest.raises(FileNotFoundError,

@@ -98,6 +98,9 @@ def test_two_processes_train_as_one_process_with_the_same_global_batch(tmp_path)
     assert os.path.isdir(run / "checkpoints" / "3")
     bar = "train: 100%"  # the progress bar, on process 0's stderr only
     assert bar in outputs[0] and bar not in outputs[1]
+    # Process 0 encoded the train split into the workdir; process 1 read it from there.
+    assert len(list((run / "data").glob("train-*/meta.json"))) == 1
+    assert "this host encodes its own" not in outputs[0] + outputs[1]
 
 
 @pytest.mark.slow
