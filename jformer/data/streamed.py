@@ -31,9 +31,13 @@ from jformer.workdir import files
 CHUNK = 100_000  # pairs a chunk
 
 
-def _lines(path: str) -> Iterator[str]:
+def _exists(path: str) -> None:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file not found: {path}")
+
+
+def _lines(path: str) -> Iterator[str]:
+    _exists(path)
     return itertools.chain.from_iterable(files.iter_line_blocks(path))
 
 
@@ -124,6 +128,8 @@ class CorpusStream:
         the byte level (:mod:`jformer.data.line_scan`: a pass costs about reading the
         bytes), other sources chunk by chunk."""
         if len(self.paths) == 2 and sample_size > 0:
+            for path in self.paths:
+                _exists(path)
             lines, skipped = line_scan.scan_pairs(*self.paths)
             self._counted(lines, skipped)
         elif self.num_pairs is None:

@@ -61,6 +61,9 @@ def test_the_scan_skips_what_reading_whole_skips(tmp_path, seed):
 
 def test_the_scan_refuses_what_reading_whole_refuses(tmp_path):
     cfg = DataConfig(source="text", text_pattern=str(tmp_path / "{split}.{lang}"))
+    _write(tmp_path / "train.de", ["a"])
+    with pytest.raises(FileNotFoundError, match=r"^data file not found: .*train.en$"):
+        CorpusStream(cfg, "train").sample_sentences(2, seed=0)
     _write(tmp_path / "train.en", ["a", "b", "c"])
     _write(tmp_path / "train.de", ["a", "b"])
     with pytest.raises(ValueError, match=r"parallel files differ in line count: .*train.en "
