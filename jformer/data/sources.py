@@ -63,15 +63,24 @@ def read_tsv(path: str) -> ParallelCorpus:
     lines = _read_lines(path)
     if not lines:
         raise ValueError(f"empty corpus: {path} has no lines")
+    sources, targets = split_tsv(lines, path)
+    return make_corpus(sources, targets, path)
+
+
+def split_tsv(lines: list[str], path: str, first_line: int = 1
+              ) -> tuple[list[str], list[str]]:
+    """(sources, targets) of ``source<TAB>target`` lines ``first_line``, ... of ``path``;
+    a blank line is a pair with empty sides; another field count is a ValueError naming
+    the file and line."""
     sources, targets = [], []
-    for i, line in enumerate(lines):
+    for i, line in enumerate(lines, first_line):
         fields = line.split("\t") if line.strip() else ["", ""]
         if len(fields) != 2:
-            raise ValueError(f"{path}:{i + 1}: expected 'source<TAB>target' (2 fields); got "
+            raise ValueError(f"{path}:{i}: expected 'source<TAB>target' (2 fields); got "
                              f"{len(fields)} field(s)")
         sources.append(fields[0])
         targets.append(fields[1])
-    return make_corpus(sources, targets, path)
+    return sources, targets
 
 
 def split_name(data_cfg: DataConfig, split: str) -> str:

@@ -90,19 +90,11 @@ class CorpusStream:
     def _line_chunks(self) -> Iterator[tuple[list[str], list[str]]]:
         """(source lines, target lines) of ``chunk`` lines each."""
         if len(self.paths) == 1:  # TSV: source<TAB>target
-            path, number = self.paths[0], 0
+            path, number = self.paths[0], 1
             lines = _lines(path)
             while batch := list(itertools.islice(lines, self.chunk)):
-                src, tgt = [], []
-                for line in batch:
-                    number += 1
-                    fields = line.split("\t") if line.strip() else ["", ""]
-                    if len(fields) != 2:
-                        raise ValueError(f"{path}:{number}: expected 'source<TAB>target' "
-                                         f"(2 fields); got {len(fields)} field(s)")
-                    src.append(fields[0])
-                    tgt.append(fields[1])
-                yield src, tgt
+                yield sources.split_tsv(batch, path, number)
+                number += len(batch)
             return
         (src_path, tgt_path), done = self.paths, 0
         src_lines, tgt_lines = _lines(src_path), _lines(tgt_path)
