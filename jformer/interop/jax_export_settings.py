@@ -99,15 +99,23 @@ class ExportSettings:
                               eos_candidates=self.eos_candidates, **steer)
         return SearchSpec("greedy", 1, out_len, chunk_size=CHUNK_SIZE, **steer)
 
-    def steering(self) -> list[str]:
-        """The steering arguments after ``alpha``, in call order (decode_program's names
-        for them)."""
-        names = []
+    def steering_args(self) -> list[tuple[str, jax.ShapeDtypeStruct]]:
+        """The steering arguments after ``alpha``, in call order: (decode_program's name,
+        shape) of each; none without a prefix or constraints."""
+        args = []
         if self.prefix_len:
-            names += ["prefix_BP"] + (["prefix_beta"] if self.prefix_bias else [])
+            args.append(("prefix_BP", jax.ShapeDtypeStruct((self.batch_rows, self.prefix_len),
+                                                           jnp.int32)))
+            if self.prefix_bias:
+                args.append(("prefix_beta", jax.ShapeDtypeStruct((), jnp.float32)))
         if self.constraint_count:
-            names.append("constraints_BCL")
-        return names
+            args.append(("constraints_BCL", jax.ShapeDtypeStruct(
+                (self.batch_rows, self.constraint_count, self.constraint_len), jnp.int32)))
+        return args
+
+    def steering(self) -> list[str]:
+        """The steering arguments' names (:meth:`steering_args`)."""
+        return [name for name, _ in self.steering_args()]
 
     def call(self) -> str:
         """The programs' signature, as manifest.json's ``call`` names it."""
@@ -115,16 +123,8 @@ class ExportSettings:
         return f"program({args}) -> (tokens_BT, scores_B, finished_B)"
 
     def steering_avals(self) -> tuple[jax.ShapeDtypeStruct, ...]:
-        """The shapes of the steering arguments after ``alpha``."""
-        out = []
-        if self.prefix_len:
-            out.append(jax.ShapeDtypeStruct((self.batch_rows, self.prefix_len), jnp.int32))
-            if self.prefix_bias:
-                out.append(jax.ShapeDtypeStruct((), jnp.float32))
-        if self.constraint_count:
-            out.append(jax.ShapeDtypeStruct(
-                (self.batch_rows, self.constraint_count, self.constraint_len), jnp.int32))
-        return tuple(out)
+        """The steering arguments' shapes (:meth:`steering_args`)."""
+        return tuple(aval for _, aval in self.steering_args())
 
     def output_lengths(self, model_cfg: ModelConfig,
                        decode_cfg: DecodeConfig) -> dict[int, int]:
