@@ -1,7 +1,7 @@
 """Test setup: 8 simulated CPU devices for data-parallel tests (set before jax is
-imported), no persistent compilation cache, jax's caches dropped before a worker runs out
-of memory mappings, and, under JFORMER_NO_SKIPS=1 (CI), every skip turned into a
-failure."""
+imported), no persistent compilation cache, the packed decode kernel on every CPU, jax's
+caches dropped before a worker runs out of memory mappings, and, under JFORMER_NO_SKIPS=1
+(CI), every skip turned into a failure."""
 import os
 import re
 
@@ -28,6 +28,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # test_compile_cache.py): the suite neither writes into ~/.cache nor reads programs
 # another version of the code compiled.
 os.environ.setdefault("JFORMER_COMPILE_CACHE", "off")
+# The CPU set packs the decoder's weights on every machine the tests run on, CPUs without
+# AVX-512 included (where it would not by default: jformer.kernels.rows_matmul.wanted), so
+# the packed kernel's equalities are checked everywhere; child processes inherit it.
+# tests/kernels/test_rows_matmul.py checks the default choice itself.
+os.environ.setdefault("JFORMER_PACKED_KERNEL", "on")
 
 
 def map_budget(limit_file: str = "/proc/sys/vm/max_map_count") -> int | None:

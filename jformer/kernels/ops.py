@@ -8,7 +8,9 @@ the [D, V] copy) or :data:`CPU_PACKED` (every product of the step over packed we
 :func:`cpu_set` picks the set of a model: :data:`CPU`, or :data:`CPU_XLA_BEAM` for a model
 whose self-attention scores hold more than q . k (relative positions, a window), which
 the C++ beam kernel does not take: its packed beam steps keep XLA's beam attention
-(:data:`CPU_PACKED_XLA_BEAM`).
+(:data:`CPU_PACKED_XLA_BEAM`). On a CPU that the packed kernel's register blocks do not
+fit (:func:`rows_matmul.wanted`: no AVX-512), its layout packs nothing
+(``CpuCacheLayout(pack=False)``), and every decode step reads XLA's dot.
 """
 from __future__ import annotations
 
@@ -81,9 +83,12 @@ class CpuCacheLayout:
     """Decode caches in the layouts of :mod:`jformer.kernels.decode_cache`: per-row buffers
     heads first, keys transposed; a beam search's W hypotheses in slot-addressed buffers
     that beam search never moves (it reorders the slot table, ``reorder``).
-    ``native_beam``: packed beam steps run the C++ beam attention (else XLA's)."""
+    ``native_beam``: packed beam steps run the C++ beam attention (else XLA's).
+    ``pack``: :meth:`prepare` packs the decoder's weights (float32 on a CPU with the
+    library loaded); False where the packed kernel does not fit the CPU."""
 
     native_beam: bool = True
+    pack: bool = True
     reorder = staticmethod(reorder_beam_state)
 
     def init(self, cross, source_valid_BS, max_len, beam_size, heads, head_dim,
@@ -110,10 +115,11 @@ class CpuCacheLayout:
         (compute dtype) under the decoder's step output, and, computing float32 on the
         CPU where the native library loads, every weight matrix of the decoder's step
         packed (:func:`rows_matmul.pack_decoder`; not ``portable``: the serialized program
-        could not call the library). Empty for an untied bfloat16 model."""
+        could not call the library; not without ``pack``). Empty for an untied bfloat16
+        model."""
         cfg, out = model.cfg, {}
         float32 = cfg.dtype == "float32"
-        if (float32 and not portable and jax.default_backend() == "cpu"
+        if (self.pack and float32 and not portable and jax.default_backend() == "cpu"
                 and rows_matmul.available()):
             out = rows_matmul.pack_decoder(params["decoder"], _output_DV(cfg, params), OUTPUT)
         if cfg.tie_output:
@@ -154,5 +160,9 @@ CPU_PACKED_XLA_BEAM = dataclasses.replace(CPU_PACKED, attention=PackedXlaBeamAtt
 def cpu_set(cfg: ModelConfig) -> Ops:
     """The CPU set of a model: :data:`CPU`, or :data:`CPU_XLA_BEAM` where relative
     positions or a window enter the self-attention scores (the C++ beam kernel scores
-    q . k alone)."""
-    return CPU_XLA_BEAM if cfg.relative_k or cfg.attention_window is not None else CPU
+    q . k alone); with a layout that packs nothing where the packed kernel does not fit
+    this CPU (:func:`rows_matmul.wanted`)."""
+    ops = CPU_XLA_BEAM if cfg.relative_k or cfg.attention_window is not None else CPU
+    if rows_matmul.wanted():
+        return ops
+    return dataclasses.replace(ops, cache=dataclasses.replace(ops.cache, pack=False))

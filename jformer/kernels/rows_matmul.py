@@ -15,12 +15,17 @@ registers, the tiles shared over XLA's intra-op threads.
   accumulation); tests/kernels/test_rows_matmul.py checks it equal.
 * :func:`available`: jformer.kernels.native's library (built on first use with the C++
   compiler) is loaded; without it the decoder keeps XLA's dot.
+* :func:`fits_cpu`: the kernel's register blocks fit the CPU (AVX-512's 32 vector
+  registers). :func:`wanted` reads it, or the override ``JFORMER_PACKED_KERNEL=on|off``;
+  where it says no, the CPU set never packs (``jformer.kernels.ops.cpu_set``, chosen once
+  when the model is built) and the decoder keeps XLA's dot.
 
 What it buys: kernels/README.md ("rows_matmul").
 """
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +46,28 @@ _ATTENTION = {"qkv_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, 3, H, K]
               "out_kernel": lambda w: w.reshape(-1, w.shape[-1])}  # [H, K, D]
 
 available = native.available  # the library that holds the kernel is built and loaded
+
+
+def fits_cpu(flags: str | None = None) -> bool:
+    """Whether the kernel's register blocks fit this CPU (or the CPU whose /proc/cpuinfo
+    ``flags`` line is given): an x86 CPU with AVX-512F. A block holds 6 rows x 64 columns
+    of float32 sums, 24 vectors of 16 floats, with the tile's 4 vectors beside them: 28 of
+    AVX-512's 32 registers. With AVX2's 16 registers of 8 floats the same block needs 56,
+    spills to memory, and XLA's dot is faster at every shape (bench/README.md)."""
+    return "avx512f" in (native.cpu_flags() if flags is None else flags).split()
+
+
+ENV = "JFORMER_PACKED_KERNEL"  # on | off | auto (unset): whether decode steps pack
+
+
+def wanted() -> bool:
+    """Whether the CPU set packs the decoder's weights: ``$JFORMER_PACKED_KERNEL`` "on" or
+    "off", else (unset or "auto") :func:`fits_cpu`. Raises ValueError naming the variable
+    for any other value."""
+    value = os.environ.get(ENV, "auto")
+    if value not in ("on", "off", "auto"):
+        raise ValueError(f"{ENV} must be on, off or auto; got {value!r}")
+    return fits_cpu() if value == "auto" else value == "on"
 
 
 def pack(w_KN: Array) -> Array:

@@ -181,3 +181,47 @@ def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
     hlo = decode_batch.lower(*args, model_cfg=CFG, ops=resolve(CFG), spec=spec).as_text()
     for target in (rows_matmul.TARGET, native_attention.SLOT_TARGET):
         assert target not in hlo
+
+
+ZEN4_AVX512 = "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512bw avx512_vnni"
+AVX2_ONLY = "flags\t\t: fpu sse2 avx f16c avx2 fma bmi2 vaes vpclmulqdq"
+
+
+def test_the_kernel_fits_cpus_with_avx512_only():
+    assert rows_matmul.fits_cpu(ZEN4_AVX512)
+    assert not rows_matmul.fits_cpu(AVX2_ONLY)
+    assert not rows_matmul.fits_cpu("Features\t: fp asimd evtstrm aes sve")  # an Arm CPU
+    assert not rows_matmul.fits_cpu("flags : avx512")  # a prefix is not the feature
+
+
+@pytest.mark.parametrize("value, flags, packs", [
+    ("auto", ZEN4_AVX512, True), ("auto", AVX2_ONLY, False), (None, AVX2_ONLY, False),
+    ("on", AVX2_ONLY, True), ("off", ZEN4_AVX512, False)])
+def test_the_cpu_set_packs_where_the_kernel_fits_or_as_the_variable_says(
+        monkeypatch, value, flags, packs):
+    """Chosen once, when the model is built: a CPU without AVX-512 decodes over XLA's dot
+    (the same tokens; its steps take no row limit), unless JFORMER_PACKED_KERNEL=on."""
+    if value is None:
+        monkeypatch.delenv(rows_matmul.ENV, raising=False)
+    else:
+        monkeypatch.setenv(rows_matmul.ENV, value)
+    monkeypatch.setattr(rows_matmul.native, "cpu_flags", lambda: flags)
+    ops = resolve(CFG)
+    assert ops.cache.pack is packs
+    params = _params(CFG)
+    prep = ops.cache.prepare(transformer(CFG), params)
+    assert (packed_weights(CFG, params) is not None) is packs
+    assert ops.cache.rows_max(prep) == (PACKED_ROWS_MAX if packs else None)
+    inputs = np.full((2, 5), 3, np.int32)
+    args = (params, prep, inputs, np.ones(2, bool), jax.random.key(0), np.float32(0.6),
+            np.float32(1.0))
+    hlo = decode_batch.lower(*args, model_cfg=CFG, ops=ops,
+                             spec=SearchSpec("greedy", 1, max_len=4)).as_text()
+    assert (rows_matmul.TARGET in hlo) is packs
+
+
+def test_a_bad_override_names_the_variable(monkeypatch):
+    monkeypatch.setenv(rows_matmul.ENV, "yes")
+    with pytest.raises(ValueError, match="JFORMER_PACKED_KERNEL must be on, off or auto; "
+                                         "got 'yes'"):
+        resolve(CFG)
