@@ -1,4 +1,4 @@
-"""BLEU on inputs longer than model.max_len: splitting against an extended sinusoid table.
+"""BLEU on inputs longer than model.max_len: splitting against reading past the trained length.
 
     python bench/long_inputs.py [--workdir runs/demo] [--groups 6,9,12,16] [--beam 4]
         [--table-len 256] [--limit N]
@@ -12,13 +12,15 @@ both sides, kept when the source takes more than model.max_len tokens and at mos
 - packed: the same sentences packed greedily, in order, into pieces up to the limit
   (the alternative one-piece-per-sentence was chosen over);
 - extended: the same parameters in a model built with model.max_len = --table-len:
-  sinusoidal positions have no parameters, so the table simply extends; the decoder
-  then also emits positions past the trained ones;
+  sinusoidal positions have no parameters, so the table simply extends, and relative
+  positions (Shaw et al.) read only offsets clipped at model.relative_clip, all of them
+  trained; the decoder then also emits positions past the trained ones;
 - truncate: the old behaviour (first model.max_len tokens), for reference.
 
 Prints corpus BLEU and chrF (sacreBLEU, 13a) per method, overall and per band of source
 length, and the ratio of output to reference length. A BLEU figure, not a timing: it
-may run on a busy machine. Only for sinusoidal models (a learned table cannot extend).
+may run on a busy machine. For sinusoidal and relative models (a learned table cannot
+extend).
 """
 from __future__ import annotations
 
@@ -104,9 +106,9 @@ def main(argv=None) -> None:
     p.add_argument("--limit", type=int, default=0, help="at most this many inputs (0: all)")
     args = p.parse_args(argv)
     config = files.load_config(args.workdir)
-    if not config.model.positional.startswith("sinusoidal"):
-        raise SystemExit(f"{args.workdir}: model.positional={config.model.positional!r}; "
-                         f"only a sinusoidal table extends")
+    if config.model.positional == "learned":
+        raise SystemExit(f"{args.workdir}: model.positional='learned'; a learned table "
+                         f"cannot extend (sinusoidal and relative positions can)")
     base = Translator.from_checkpoint(args.workdir, decode_cfg=dataclasses.replace(
         config.decode, overlong="split"))
     decode_ext = dataclasses.replace(config.decode, overlong="error", length_buckets=tuple(
@@ -119,7 +121,8 @@ def main(argv=None) -> None:
     if args.limit:
         inputs = inputs[:args.limit]
     bands = [(config.model.max_len + 1, 96), (97, 128), (129, 192), (193, args.table_len)]
-    print(f"{args.workdir}: model.max_len={config.model.max_len}, {len(inputs)} long inputs "
+    print(f"{args.workdir}: model.positional={config.model.positional}, "
+          f"model.max_len={config.model.max_len}, {len(inputs)} long inputs "
           f"({min(n for *_, n in inputs)}-{max(n for *_, n in inputs)} source tokens), "
           f"beam {args.beam}")
     header = f"{'method':<9} {'band':>9} {'inputs':>6} {'BLEU':>6} {'chrF':>6} {'len ratio':>9}"
