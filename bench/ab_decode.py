@@ -2,7 +2,7 @@
 
     git worktree add /tmp/base <commit>
     python bench/ab_decode.py --base /tmp/base --head . [--shapes 1x1,1x4,32x1,32x4]
-        [--rounds 30] [--block-s 0.3] [--config small] [--json PATH]
+        [--rounds 30] [--block-s 0.3] [--config small] [--rows-kernel on|off] [--json PATH]
 
 ``compare_commits.py`` runs each checkout's benchmark in its own process, one after the
 other, so minutes pass between the two figures of a round, and on a shared 2-core machine
@@ -12,7 +12,9 @@ checkout compiles every shape once, through that checkout's own
 length 32, exactly 32 generated tokens). The coordinator then asks the workers in turn,
 in blocks of about ``--block-s`` seconds of calls, alternating which goes first; while one
 times, the other waits on its pipe. Drift between two neighbouring blocks is small, so the
-per-round ratio head/base is a paired measurement.
+per-round ratio head/base is a paired measurement. ``--rows-kernel off`` prepares both
+without packed weights (``prepare(..., rows_kernel=False)``), so that both decode over
+XLA's dot whatever each checkout would choose on this CPU.
 
 Printed per shape: the median seconds per call of each checkout over all timed calls, as
 tokens/s; head/base from those medians; the median and the 10th-90th percentile range of
@@ -35,8 +37,8 @@ GEN_LEN = 32  # bench_decode's generated tokens per sentence (its GEN_LEN)
 
 
 def worker(tree: str) -> None:
-    """Serve one checkout: ``prepare NAME BATCH BEAM`` compiles (and answers the tokens'
-    tokens), ``time KEY N`` answers N per-call seconds, ``quit`` ends."""
+    """Serve one checkout: ``prepare NAME BATCH BEAM ROWS_KERNEL`` compiles (and answers
+    the tokens), ``time KEY N`` answers N per-call seconds, ``quit`` ends."""
     replies = os.fdopen(os.dup(1), "w")  # the protocol's channel; anything else that
     os.dup2(2, 1)  # prints (a compiler, a library) goes to stderr
     sys.path.insert(0, tree)
@@ -54,14 +56,14 @@ def worker(tree: str) -> None:
         if cmd[0] == "quit":
             return
         if cmd[0] == "prepare":
-            name, batch, beam = cmd[1], int(cmd[2]), int(cmd[3])
+            name, batch, beam, rows_kernel = cmd[1], int(cmd[2]), int(cmd[3]), cmd[4] == "on"
             if name not in params:
                 build = getattr(bd, "transformer", None) or bd.Transformer
                 dummy = jnp.zeros((1, 4), jnp.int32)
                 params[name] = jax.jit(build(bd.CONFIGS[name]).init)(
                     jax.random.key(0), dummy, dummy)["params"]
             compiled, args, _, _ = bd.prepare(name, params[name], batch, beam, GEN_LEN,
-                                              chunk)
+                                              chunk, rows_kernel=rows_kernel)
             tokens = np.asarray(jax.block_until_ready(compiled(*args)).tokens)
             programs[f"{name}:{batch}:{beam}"] = (compiled, args)
             reply = {"tokens": tokens.tolist()}
@@ -106,9 +108,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def compare_shape(base: Worker, head: Worker, name: str, batch: int, beam: int,
-                  rounds: int, block_s: float) -> dict:
+                  rounds: int, block_s: float, rows_kernel: str = "on") -> dict:
     key = f"{name}:{batch}:{beam}"
-    got = [w.ask(f"prepare {name} {batch} {beam}") for w in (base, head)]
+    got = [w.ask(f"prepare {name} {batch} {beam} {rows_kernel}") for w in (base, head)]
     if got[0]["tokens"] != got[1]["tokens"]:
         raise SystemExit(f"{key}: the two checkouts decode different tokens")
     probe = statistics.median(base.ask(f"time {key} 3")["times"]
@@ -142,6 +144,9 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--block-s", type=float, default=0.3,
                    help="seconds of calls each checkout times per round")
+    p.add_argument("--rows-kernel", default="on", choices=("on", "off"),
+                   help="off: both prepared without packed weights (default on: as each "
+                        "checkout prepares them)")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -155,13 +160,14 @@ def main(argv=None) -> None:
                for t in (args.base, args.head)}
     print(f"base {args.base} ({commits[args.base]}), head {args.head} "
           f"({commits[args.head]}); {args.rounds} rounds of ~{args.block_s} s blocks, "
-          f"alternating; {GEN_LEN} generated tokens per sentence")
+          f"alternating; {GEN_LEN} generated tokens per sentence; rows kernel "
+          f"{args.rows_kernel}")
     base, head = Worker(args.base), Worker(args.head)
     rows = []
     try:
         for batch, beam in shapes:
             rows.append(compare_shape(base, head, args.config, batch, beam, args.rounds,
-                                      args.block_s))
+                                      args.block_s, args.rows_kernel))
             print(f"  {rows[-1]['shape']}: head/base {rows[-1]['ratio']:.3f}", flush=True)
     finally:
         base.close()

@@ -20,9 +20,11 @@ class FakeWorker:
 
     def __init__(self, name: str, seconds: float, log: list, tokens=((1, 2, 3),)):
         self.name, self.seconds, self.log, self.tokens = name, seconds, log, tokens
+        self.prepared = []
 
     def ask(self, line: str) -> dict:
         if line.startswith("prepare"):
+            self.prepared.append(line)
             return {"tokens": [list(t) for t in self.tokens]}
         self.log.append(self.name)
         load = 1.0 + 0.5 * ((len(self.log) - 1) // 2 % 2)
@@ -42,8 +44,10 @@ def test_a_head_twice_as_fast_reads_2_in_every_round_despite_drift():
 
 def test_equal_checkouts_read_1_and_head_wins_no_round():
     log = []
-    row = ab.compare_shape(FakeWorker("base", 0.01, log), FakeWorker("head", 0.01, log),
-                           "small", 32, 1, rounds=10, block_s=0.05)
+    base, head = FakeWorker("base", 0.01, log), FakeWorker("head", 0.01, log)
+    row = ab.compare_shape(base, head, "small", 32, 1, rounds=10, block_s=0.05,
+                           rows_kernel="off")
+    assert base.prepared == head.prepared == ["prepare small 32 1 off"]
     assert row["ratio"] == row["ratio_median"] == 1.0
     assert row["head_faster"] == 0  # a tie is not a win
     assert row["base_tok_s"] == row["head_tok_s"]
