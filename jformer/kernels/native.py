@@ -35,8 +35,10 @@ TARGETS = {"JformerRowsMatmul": "jformer_rows_matmul",
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def cpu_flags() -> str:
-    """The CPU's feature flags (/proc/cpuinfo's flags line), else its processor name."""
+    """The CPU's feature flags (/proc/cpuinfo's flags line), else its processor name; read
+    once a process (every model built and every compiled program's key asks for it)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
