@@ -41,7 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer import search as decode  # noqa: E402
-from jformer.ops import transformer  # noqa: E402
+from jformer.ops import resolve, transformer  # noqa: E402
 from jformer.search.beam import beam_search  # noqa: E402
 from jformer.config import ModelConfig  # noqa: E402
 from jformer.model.masks import NEG_INF  # noqa: E402
@@ -281,10 +281,14 @@ def main(args: argparse.Namespace) -> None:
     for name in CONFIGS:  # every measurement below builds its model from these
         CONFIGS[name] = dataclasses.replace(CONFIGS[name], ops=args.ops)
     repeats = 3 if args.quick else args.repeats
+    # what the resolved set does with --rows-kernel on: a set that packs nothing (a CPU
+    # without AVX-512F, rows_matmul.fits_cpu) decodes over XLA's dot either way
+    packs = args.rows_kernel == "on" and getattr(resolve(CONFIGS[configs[0]]).cache,
+                                                 "pack", False)
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs; "
           f"{args.dtype}, random params, source length {SRC_LEN}, {GEN_LEN} generated tokens "
           f"per sentence, median of {repeats} calls, model.ops {args.ops}, "
-          f"rows kernel {args.rows_kernel}")
+          f"rows kernel {args.rows_kernel} (packed weights: {'yes' if packs else 'no'})")
     rows, ratio_rows = [], []
     for name in configs:
         cfg = CONFIGS[name]

@@ -1,7 +1,7 @@
 """Two checkouts of jformer side by side: bench_train.py and bench_decode.py, interleaved.
 
     git worktree add /tmp/base <commit>
-    python bench/compare_commits.py --base /tmp/base --head . --rounds 4
+    python bench/compare_commits.py --base /tmp/base --head . --rounds 4 [--parts train]
 
 Each round runs every measurement once per checkout, one process each, alternating which
 checkout goes first (odd rounds: head first), so drift in the machine's load hits both
@@ -67,11 +67,19 @@ def main(argv=None) -> None:
     p.add_argument("--batches", default="1,32")
     p.add_argument("--beams", default="1,4")
     p.add_argument("--repeats", type=int, default=5, help="timed decode calls (median)")
+    p.add_argument("--parts", default="train,decode",
+                   help="which benchmarks: train, decode or both (comma-separated)")
     p.add_argument("--json", help="also write every round's figures here")
     args = p.parse_args(argv)
-    runs = [TRAIN + ["--dtypes", args.dtypes, "--steps", str(args.steps)],
-            DECODE + ["--batches", args.batches, "--beams", args.beams,
-                      "--repeats", str(args.repeats)]]
+    parts = {
+        "train": TRAIN + ["--dtypes", args.dtypes, "--steps", str(args.steps)],
+        "decode": DECODE + ["--batches", args.batches, "--beams", args.beams,
+                            "--repeats", str(args.repeats)]}
+    chosen = [name.strip() for name in args.parts.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(parts))
+    if unknown or not chosen:
+        p.error(f"--parts: expected train and/or decode, got {args.parts!r}")
+    runs = [parts[name] for name in chosen]
     trees = {"base": args.base, "head": args.head}
     figures: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
     for r in range(args.rounds):
