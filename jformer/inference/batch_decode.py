@@ -14,6 +14,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jformer import search
@@ -267,3 +268,21 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
                                          prefix_BP, jnp.float32(prefix_beta),
                                          constraints_BCL, phrase_ends_V)
     return out._replace(num_steps=out.num_steps.max())
+
+
+def batch_inputs(cfg: ModelConfig, rows: list[np.ndarray], bucket: int, batch_size: int,
+                 rng: Array, alpha: float, temperature: float, beta: float,
+                 prefix_BP: np.ndarray | None, cons_BCL: np.ndarray | None,
+                 phrase_ends_V: np.ndarray | None) -> tuple:
+    """:func:`decode_batch`'s arguments after the params and prepared weights, for one
+    batch: the source ids ``rows`` padded to [batch_size, bucket] (the rows past them:
+    empty sources), which rows are real, the keys, then the knobs as traced float32
+    scalars (another alpha or temperature reuses the compiled search), the target
+    prefixes, and the constraints with the pieces that may end a phrase."""
+    inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
+    inputs_BS[len(rows):, 0] = cfg.eos_id  # dummy rows: an empty source
+    for r, ids in enumerate(rows):
+        inputs_BS[r, :len(ids)] = ids
+    valid_B = np.arange(batch_size) < len(rows)
+    return (inputs_BS, valid_B, rng, np.float32(alpha), np.float32(temperature), prefix_BP,
+            np.float32(beta), cons_BCL, phrase_ends_V)

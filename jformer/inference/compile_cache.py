@@ -52,6 +52,12 @@ def resolve(setting: str | None = None) -> str | None:
     return os.path.abspath(os.path.expanduser(setting))
 
 
+def in_use(setting: str | None = None) -> str | None:
+    """The directory :func:`enable` would use, without enabling anything: the process's
+    own cache directory if it set one, else :func:`resolve`'s (None: none)."""
+    return jax.config.jax_compilation_cache_dir or resolve(setting)
+
+
 def enable(setting: str | None = None) -> str | None:
     """Turns JAX's persistent cache on at :func:`resolve`'s directory, unless the process
     already has one (kept) or the setting is off; returns the directory in use (None:

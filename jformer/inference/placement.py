@@ -50,12 +50,19 @@ class SideBySide:
     def launch(self, store: ProgramStore, index: int, inputs: tuple, **static) -> Any:
         """Starts batch ``index`` (``inputs``: decode_batch's after params and prepared;
         the keys among them are moved to its device) and returns its unread output."""
+        return store.run(decode_batch, *self._on_device(index, inputs), **static)
+
+    def prefetch(self, store: ProgramStore, index: int, inputs: tuple, **static) -> None:
+        """Starts reading the program :meth:`launch` will run batch ``index`` with
+        (:meth:`ProgramStore.prefetch`)."""
+        store.prefetch(decode_batch, *self._on_device(index, inputs), **static)
+
+    def _on_device(self, index: int, inputs: tuple) -> tuple[tuple, list[jax.Device]]:
         at = index % len(self.devices)
         device = self.devices[at]
         inputs = jax.tree.map(lambda x: jax.device_put(x, device)
                               if isinstance(x, jax.Array) else x, inputs)
-        return store.run(decode_batch, (self.params[at], self.prepared[at], *inputs),
-                         [device], **static)
+        return (self.params[at], self.prepared[at], *inputs), [device]
 
 
 class Split:
@@ -72,6 +79,10 @@ class Split:
     def launch(self, store: ProgramStore, index: int, inputs: tuple, **static) -> Any:
         return store.run(decode_batch_parallel, (self.params[0], self.prepared[0], *inputs),
                          self.devices, mesh=self.mesh, **static)
+
+    def prefetch(self, store: ProgramStore, index: int, inputs: tuple, **static) -> None:
+        store.prefetch(decode_batch_parallel, (self.params[0], self.prepared[0], *inputs),
+                       self.devices, mesh=self.mesh, **static)
 
 
 def place(parallel: str, devices: Sequence[jax.Device], params: PyTree, prepare,

@@ -21,6 +21,10 @@ its serialized executable and loads it onto each device that asks for it
 (:func:`_load_onto`; XLA's code does not depend on which of a kind of device runs it),
 so n devices that decode side by side cost one compile, not n.
 
+:meth:`ProgramStore.prefetch` starts reading a program on a background thread (XLA
+loads an executable without holding Python's lock), so a Translator reads the programs
+of a file's later batches while its first batches decode.
+
 Entries are written atomically (a temporary file renamed into place); one that cannot
 be read is reported once, compiled again and rewritten. Without a directory the store
 keeps compiled programs in memory only. Loading an entry runs code it holds: the store
@@ -28,6 +32,7 @@ reads only its own directory, which lies beside JAX's cache (``~/.cache/jformer`
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -138,6 +143,9 @@ class ProgramStore:
         self._serialized: dict[str, bytes] = {}  # one-device programs, by entry digest
         self.loaded = self.compiled = 0  # programs read from disk / compiled, this store
         self.moved = 0  # one-device programs loaded from one compiled for another device
+        self._lock = threading.Lock()  # _serialized and the counters (the reader shares them)
+        self._pending: dict[tuple, concurrent.futures.Future] = {}  # prefetched, not yet run
+        self._reader: concurrent.futures.ThreadPoolExecutor | None = None
 
     def run(self, jitted: Callable, args: Sequence, devices: Sequence[jax.Device],
             **static) -> Any:
@@ -145,9 +153,35 @@ class ProgramStore:
         key = (jitted, tree, tuple(map(_leaf, leaves)), tuple(sorted(static.items())))
         program = self._programs.get(key)
         if program is None:
-            program = self._programs[key] = self._load_or_compile(jitted, args, leaves, tree,
-                                                                  devices, static)
+            pending = self._pending.pop(key, None)
+            program = pending.result() if pending is not None else None
+            if program is None:  # not prefetched, or nothing to read: as without prefetch
+                program = self._load_or_compile(jitted, args, leaves, tree, devices, static)
+            self._programs[key] = program
         return program(*args)
+
+    def prefetch(self, jitted: Callable, args: Sequence, devices: Sequence[jax.Device],
+                 **static) -> None:
+        """Starts reading, on a background thread, the program that :meth:`run` with these
+        arguments would read (from disk, or from the copy read or compiled for another
+        device), so that it loads while earlier batches decode; ``run`` then takes it
+        (and waits for it if it is not done). Never compiles: a program that is neither
+        on disk nor here is compiled by ``run`` as before. Only the shapes, dtypes and
+        placements of ``args`` matter."""
+        leaves, tree = jax.tree.flatten(args)
+        key = (jitted, tree, tuple(map(_leaf, leaves)), tuple(sorted(static.items())))
+        if key in self._programs or key in self._pending:
+            return
+        digest = self._digest(jitted, leaves, tree, devices, static)
+        path = self.root / f"{digest}{SUFFIX}" if self.root else None
+        with self._lock:
+            here = digest in self._serialized
+        if not here and (path is None or not path.exists()):
+            return
+        if self._reader is None:
+            self._reader = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="jformer-programs")
+        self._pending[key] = self._reader.submit(self._read, digest, path, list(devices))
 
     @staticmethod
     def _digest(jitted, leaves, tree, devices, static) -> str:
@@ -164,29 +198,43 @@ class ProgramStore:
                  str(tree), *(repr(_leaf(x, anywhere)) for x in leaves)]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
-    def _load_or_compile(self, jitted, args, leaves, tree, devices, static):
-        digest = self._digest(jitted, leaves, tree, devices, static)
-        path = self.root / f"{digest}{SUFFIX}" if self.root else None
-        if digest in self._serialized:  # compiled (or read) here for another device
+    def _read(self, digest: str, path: Path | None, devices: Sequence[jax.Device]) -> Any:
+        """The program of ``digest`` loaded onto ``devices`` from its copy for another
+        device or from its file; None where there is neither (or neither loads: the
+        warning says why, and the caller compiles)."""
+        with self._lock:
+            data = self._serialized.get(digest)
+        if data is not None:  # compiled (or read) here for another device
             try:
-                program = _load_onto(self._serialized[digest], devices[0])
-                self.moved += 1
+                program = _load_onto(data, devices[0])
+                with self._lock:
+                    self.moved += 1
                 return program
             except Exception as e:  # noqa: BLE001 - e.g. another jax's pickle format
                 log.warning("compiled program could not be loaded onto %s (%s: %s); "
                             "compiling it for that device", devices[0], type(e).__name__, e)
-                del self._serialized[digest]  # the other devices compile theirs too
+                with self._lock:  # the other devices compile theirs too
+                    self._serialized.pop(digest, None)
         if path is not None and path.exists():
             try:
                 data = path.read_bytes()
                 program = _load(data, devices)
-                self.loaded += 1
-                if len(devices) == 1:
-                    self._serialized[digest] = data
+                with self._lock:
+                    self.loaded += 1
+                    if len(devices) == 1:
+                        self._serialized[digest] = data
                 return program
             except Exception as e:  # noqa: BLE001 - a stale or broken entry: compile anew
                 log.warning("compiled program %s could not be loaded (%s: %s); compiling "
                             "it again", path, type(e).__name__, e)
+        return None
+
+    def _load_or_compile(self, jitted, args, leaves, tree, devices, static):
+        digest = self._digest(jitted, leaves, tree, devices, static)
+        path = self.root / f"{digest}{SUFFIX}" if self.root else None
+        program = self._read(digest, path, devices)
+        if program is not None:
+            return program
         if path is None and len(devices) > 1:  # in memory, and never moved: as jax does
             program = jitted.lower(*args, **static).compile()
         else:
@@ -194,13 +242,15 @@ class ProgramStore:
                 program = jitted.lower(*args, **static).compile()
             data = _serialize(program)
             if data is not None and len(devices) == 1:
-                self._serialized[digest] = data
+                with self._lock:
+                    self._serialized[digest] = data
             if data is not None and path is not None:
                 try:
                     files.write_atomically(path, data)
                 except OSError as e:
                     log.warning("compiled program not written to %s (%s)", path, e)
-        self.compiled += 1
+        with self._lock:
+            self.compiled += 1
         return program
 
 

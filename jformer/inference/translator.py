@@ -27,8 +27,8 @@ import numpy as np
 from jformer import search
 from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
-from jformer.inference.batch_decode import (CHUNK_SIZE, SearchSpec, encode_and_init,
-                                            make_step_fn, prepare)
+from jformer.inference.batch_decode import (CHUNK_SIZE, SearchSpec, batch_inputs,
+                                            encode_and_init, make_step_fn, prepare)
 from jformer.inference import alignment, forced, html_format, memory, placement, prefixes
 from jformer.inference import compile_cache as xla_cache, programs
 from jformer.inference.constraints import (batch_constraints, encode_constraints,
@@ -118,7 +118,7 @@ class Translator:
           decode_cfg: overrides the run's decode section.
         """
         config, tokenizer, params = load_workdir(workdir, checkpoint_dir, step)
-        check_params(config.model, params)
+        check_params(config.model, params, xla_cache.in_use(kwargs.get("compile_cache")))
         kwargs.setdefault("source_lang", config.data.src_lang)
         return cls(config.model, params, tokenizer, decode_cfg or config.decode, **kwargs)
 
@@ -341,7 +341,8 @@ class Translator:
                                             self.tokenizer)):
                 hyps[i] = h
 
-        for index, ((bucket, idx, rows), keys) in enumerate(zip(plan, batch_keys)):
+        batches = []  # (idx, bucket, rows, spec, keys, prefix_BP, cons_BCL) per batch
+        for (bucket, idx, rows), keys in zip(plan, batch_keys):
             batch_prefix = [prefix_ids[i] for i in idx]
             prefixes.check_fits(batch_prefix, sources.owner[idx], specs[bucket].max_len)
             prefix_BP = prefixes.batch_prefixes(batch_prefix, rows)
@@ -350,12 +351,34 @@ class Translator:
             cons_BCL, spec = batch_constraints(
                 [phrases[i] for i in idx], sources.owner[idx], rows, spec, settings.beam_size,
                 settings.n_best, self.decode_cfg.eos_candidates)
+            batches.append((idx, bucket, rows, spec, keys, prefix_BP, cons_BCL))
+
+        def inputs(rows_in, bucket, rows, keys, prefix_BP, cons_BCL) -> tuple:
+            return batch_inputs(self.model_cfg, rows_in, bucket, rows, keys,
+                                settings.penalty_alpha, settings.temperature, beta or 0.0,
+                                prefix_BP, cons_BCL,
+                                None if cons_BCL is None else phrase_ends(self.tokenizer))
+
+        # Every program a call of several batches needs starts loading now, on the
+        # store's reader thread, while the first batches decode (one look per program
+        # and device; a single batch would only wait for it, as a server's calls would).
+        seen = set()
+        for index, (_, bucket, rows, spec, keys, prefix_BP, cons_BCL) in enumerate(batches):
+            shapes = (bucket, rows, spec, np.shape(prefix_BP), np.shape(cons_BCL),
+                      index % len(self.placement.devices))
+            if len(batches) > 1 and shapes not in seen:
+                seen.add(shapes)
+                self.placement.prefetch(
+                    self.programs, index, inputs([], bucket, rows, keys, prefix_BP, cons_BCL),
+                    model_cfg=self.model_cfg, ops=self.ops, spec=spec)
+        for index, (idx, bucket, rows, spec, keys, prefix_BP, cons_BCL) in enumerate(batches):
             while len(running) >= self.placement.in_flight:
                 read_oldest()
-            running.append((idx, self._launch(index, [sources.ids[i] for i in idx], bucket,
-                                              rows, spec, keys, settings.penalty_alpha,
-                                              settings.temperature, prefix_BP, beta or 0.0,
-                                              cons_BCL), spec))
+            args = inputs([sources.ids[i] for i in idx], bucket, rows, keys, prefix_BP,
+                          cons_BCL)
+            running.append((idx, self.placement.launch(self.programs, index, args,
+                                                       model_cfg=self.model_cfg, ops=self.ops,
+                                                       spec=spec), spec))
         while running:
             read_oldest()
         return hyps
@@ -366,25 +389,6 @@ class Translator:
         if max_len is None:
             return output_len(bucket, self.model_cfg, self.decode_cfg, self.chunk_size)
         return min(max_len, self.model_cfg.max_len)
-
-    def _launch(self, index: int, rows: list[np.ndarray], bucket: int, batch_size: int,
-                spec: SearchSpec, rng: Array, alpha: float, temperature: float,
-                prefix_BP: np.ndarray | None = None, beta: float = 0.0,
-                cons_BCL: np.ndarray | None = None) -> search.DecodeResult:
-        """Starts decoding batch ``index`` of a call (rows padded to [batch_size,
-        bucket]) where :mod:`.placement` puts it; returns its output unread (jax runs it
-        asynchronously)."""
-        cfg = self.model_cfg
-        inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
-        inputs_BS[len(rows):, 0] = cfg.eos_id  # dummy rows: an empty source
-        for r, ids in enumerate(rows):
-            inputs_BS[r, :len(ids)] = ids
-        valid_B = np.arange(batch_size) < len(rows)
-        # Traced float32 scalars: another alpha or temperature reuses the compiled search.
-        knobs = (np.float32(alpha), np.float32(temperature), prefix_BP, np.float32(beta),
-                 cons_BCL, None if cons_BCL is None else phrase_ends(self.tokenizer))
-        return self.placement.launch(self.programs, index, (inputs_BS, valid_B, rng, *knobs),
-                                     model_cfg=cfg, ops=self.ops, spec=spec)
 
     def step_fn(self, inputs_BS: Array, max_len: int) -> tuple[search.StepFn, PyTree]:
         """(step_fn, state) over the cache for source ids [B, S], as the searches use it."""

@@ -69,6 +69,8 @@ def test_second_process_reads_the_programs_the_first_wrote(tmp_path):
     written = sorted(os.listdir(cache))
     # The decode program took over 0.5 s to compile: it was looked up, missed, written.
     assert hits == 0 and misses >= 1 and any("decode" in name for name in written), written
+    # from_checkpoint traced the model's parameter shapes once and kept them beside
+    assert len(os.listdir(os.path.join(cache, "param_shapes"))) == 1
     second, hits, misses = _translate(cache, tmp_path)
     assert second == first
     assert hits >= 1 and misses == 0  # every program looked up was found
@@ -91,6 +93,7 @@ def test_directory_that_cannot_be_made_is_named(tmp_path):
 def test_a_directory_the_process_chose_is_kept(tmp_path):
     code = ("import jax; jax.config.update('jax_compilation_cache_dir', {mine!r});"
             "from jformer.inference import compile_cache;"
+            "print(compile_cache.in_use({other!r}));"
             "print(compile_cache.enable({other!r}))")
     env = dict(os.environ, PYTHONPATH=REPO)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
@@ -98,4 +101,13 @@ def test_a_directory_the_process_chose_is_kept(tmp_path):
                                                             other=str(tmp_path / "other"))],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(tmp_path / "mine") and not (tmp_path / "other").exists()
+    assert out.stdout.split() == [str(tmp_path / "mine")] * 2
+    assert not (tmp_path / "other").exists()
+
+
+def test_in_use_names_the_directory_enable_would_take_and_creates_nothing(tmp_path):
+    import jax
+    assert jax.config.jax_compilation_cache_dir is None  # the suite runs with none
+    assert compile_cache.in_use(str(tmp_path / "mine")) == str(tmp_path / "mine")
+    assert compile_cache.in_use("off") is None
+    assert not (tmp_path / "mine").exists()

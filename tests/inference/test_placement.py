@@ -47,3 +47,36 @@ def test_an_unknown_placement_is_refused_by_name():
     with pytest.raises(ValueError, match=r"parallel must be one of \('batches', 'split'\); "
                                          r"got 'mesh'"):
         placement.place("mesh", devices(1), PARAMS, prepare, queue=True)
+
+
+def test_a_translator_starts_reading_every_program_of_a_call_before_its_first_batch(
+        setup, tmp_path):
+    from jformer.inference import Translator
+    from jformer.inference.programs import ProgramStore
+    from tests.inference.test_translator import CHUNK, DECODE, SHORT
+
+    devices(2)
+    cfg, params, tok = setup
+    sentences = SHORT + [" ".join(SHORT[1:4])] * 3  # the 16- and the 32-token bucket
+
+    def translator():
+        made = Translator(cfg, params, tok, DECODE, chunk_size=CHUNK, devices=2)
+        made.programs = ProgramStore(tmp_path)
+        return made
+
+    first = translator()
+    want = first.translate(sentences)
+    second = translator()
+    store, calls = second.programs, []
+    for name in ("prefetch", "run"):
+        def spy(*args, _name=name, _real=getattr(store, name), **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+        setattr(store, name, spy)
+    assert second.translate(sentences) == want
+    first_run = calls.index("run")
+    assert first_run >= 2 and set(calls[:first_run]) == {"prefetch"}
+    assert "prefetch" not in calls[first_run:] and not store._pending
+    # every program the first compiled (two buckets, two row counts) is read, none compiled
+    assert first.programs.compiled >= 2
+    assert (store.compiled, store.loaded) == (0, first.programs.compiled)

@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -155,3 +156,60 @@ def test_an_entry_is_whole_where_jaxs_cache_held_the_program(tmp_path):
     wrote, loaded = run("store"), run("store")
     assert wrote[-2:] == ["1", "0"] and loaded[-2:] == ["0", "1"]
     assert wrote[:-2] == loaded[:-2] == filled
+
+
+def test_a_prefetched_program_is_read_on_the_reader_thread_and_run_takes_it(
+        tmp_path, monkeypatch):
+    from jformer.inference import programs
+
+    devices = jax.local_devices()[:1]
+    want = ProgramStore(tmp_path).run(program, args(), devices, power=2)
+    threads = []
+    real = programs._load
+
+    def recording(data, on):
+        threads.append(threading.current_thread().name)
+        return real(data, on)
+
+    monkeypatch.setattr(programs, "_load", recording)
+    store = ProgramStore(tmp_path)
+    params, x = args()
+    store.prefetch(program, (params, np.zeros_like(x)), devices, power=2)  # shapes only
+    store.prefetch(program, args(), devices, power=2)  # the same program: one read
+    TRACES.clear()
+    got = store.run(program, args(), devices, power=2)
+    assert threads == ["jformer-programs_0"] and TRACES == []
+    assert (store.loaded, store.compiled) == (1, 0)
+    np.testing.assert_array_equal(got, want)
+    store.prefetch(program, args(), devices, power=2)  # already in memory: nothing to do
+    store.run(program, args(), devices, power=2)
+    assert threads == ["jformer-programs_0"] and store.loaded == 1
+
+
+def test_prefetch_never_compiles_and_a_broken_entry_is_compiled_by_run(tmp_path, caplog):
+    devices = jax.local_devices()[:1]
+    store = ProgramStore(tmp_path)
+    store.prefetch(program, args(), devices, power=2)  # nothing on disk: nothing starts
+    assert store._reader is None and (store.compiled, store.loaded) == (0, 0)
+    ProgramStore(tmp_path).run(program, args(), devices, power=2)
+    (entry,) = tmp_path.glob(f"*{SUFFIX}")
+    entry.write_bytes(b"not a program")
+    store = ProgramStore(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="jformer.inference.programs"):
+        store.prefetch(program, args(), devices, power=2)
+        got = store.run(program, args(), devices, power=2)
+    assert (store.compiled, store.loaded) == (1, 0) and "could not be loaded" in caplog.text
+    np.testing.assert_allclose(got, program(*args(), power=2))
+
+
+def test_a_prefetched_move_to_another_device_loads_there(tmp_path):
+    if len(jax.local_devices()) < 2:
+        pytest.skip("needs 2 local devices (tests/conftest.py asks for 8)")
+    first, second = jax.local_devices()[:2]
+    params, x = args()
+    store = ProgramStore(None)
+    want = store.run(program, (jax.device_put(params, first), x), [first], power=2)
+    store.prefetch(program, (jax.device_put(params, second), x), [second], power=2)
+    got = store.run(program, (jax.device_put(params, second), x), [second], power=2)
+    assert (store.compiled, store.moved) == (1, 1) and got.devices() == {second}
+    np.testing.assert_array_equal(got, want)
