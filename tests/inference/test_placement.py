@@ -52,7 +52,7 @@ def test_an_unknown_placement_is_refused_by_name():
 def test_a_translator_starts_reading_every_program_of_a_call_before_its_first_batch(
         setup, tmp_path):
     from jformer.inference import Translator
-    from jformer.inference.programs import ProgramStore
+    from jformer.inference.programs import SUFFIX, ProgramStore
     from tests.inference.test_translator import CHUNK, DECODE, SHORT
 
     devices(2)
@@ -77,6 +77,10 @@ def test_a_translator_starts_reading_every_program_of_a_call_before_its_first_ba
     first_run = calls.index("run")
     assert first_run >= 2 and set(calls[:first_run]) == {"prefetch"}
     assert "prefetch" not in calls[first_run:] and not store._pending
-    # every program the first compiled (two buckets, two row counts) is read, none compiled
-    assert first.programs.compiled >= 2
-    assert (store.compiled, store.loaded) == (0, first.programs.compiled)
+    # Every program on disk (two buckets, two row counts) is read, none of them compiled;
+    # only one XLA could not serialize (a sort's comparator, in some processes) is not
+    # on disk, and only that one is compiled again.
+    on_disk = len(list(tmp_path.glob(f"*{SUFFIX}")))
+    assert first.programs.compiled >= 2 and on_disk >= 1
+    assert store.loaded == on_disk
+    assert store.compiled == first.programs.compiled - on_disk
