@@ -126,6 +126,12 @@ def _leaf(x: Any, anywhere: bool = False) -> tuple:
     return (type(x), np.shape(x), np.result_type(x))
 
 
+def _memory_key(jitted: Callable, leaves: list, tree, static: dict) -> tuple:
+    """A program's key in this process: the function, the arguments' tree and leaves
+    (:func:`_leaf`), the static arguments."""
+    return (jitted, tree, tuple(map(_leaf, leaves)), tuple(sorted(static.items())))
+
+
 class ProgramStore:
     """Compiled programs by what they are made of (module docstring), in memory and,
     with a ``root`` directory, on disk.
@@ -150,7 +156,7 @@ class ProgramStore:
     def run(self, jitted: Callable, args: Sequence, devices: Sequence[jax.Device],
             **static) -> Any:
         leaves, tree = jax.tree.flatten(args)
-        key = (jitted, tree, tuple(map(_leaf, leaves)), tuple(sorted(static.items())))
+        key = _memory_key(jitted, leaves, tree, static)
         program = self._programs.get(key)
         if program is None:
             pending = self._pending.pop(key, None)
@@ -169,11 +175,11 @@ class ProgramStore:
         on disk nor here is compiled by ``run`` as before. Only the shapes, dtypes and
         placements of ``args`` matter."""
         leaves, tree = jax.tree.flatten(args)
-        key = (jitted, tree, tuple(map(_leaf, leaves)), tuple(sorted(static.items())))
+        key = _memory_key(jitted, leaves, tree, static)
         if key in self._programs or key in self._pending:
             return
         digest = self._digest(jitted, leaves, tree, devices, static)
-        path = self.root / f"{digest}{SUFFIX}" if self.root else None
+        path = self._path(digest)
         with self._lock:
             here = digest in self._serialized
         if not here and (path is None or not path.exists()):
@@ -197,6 +203,10 @@ class ProgramStore:
                  *(f"{name}={stable(value)}" for name, value in sorted(static.items())),
                  str(tree), *(repr(_leaf(x, anywhere)) for x in leaves)]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+    def _path(self, digest: str) -> Path | None:
+        """The entry's file (None: the store keeps programs in memory only)."""
+        return self.root / f"{digest}{SUFFIX}" if self.root else None
 
     def _read(self, digest: str, path: Path | None, devices: Sequence[jax.Device]) -> Any:
         """The program of ``digest`` loaded onto ``devices`` from its copy for another
@@ -231,7 +241,7 @@ class ProgramStore:
 
     def _load_or_compile(self, jitted, args, leaves, tree, devices, static):
         digest = self._digest(jitted, leaves, tree, devices, static)
-        path = self.root / f"{digest}{SUFFIX}" if self.root else None
+        path = self._path(digest)
         program = self._read(digest, path, devices)
         if program is not None:
             return program

@@ -363,10 +363,11 @@ class Translator:
         # store's reader thread, while the first batches decode (one look per program
         # and device; a single batch would only wait for it, as a server's calls would).
         seen = set()
-        for index, (_, bucket, rows, spec, keys, prefix_BP, cons_BCL) in enumerate(batches):
+        for index, (_, bucket, rows, spec, keys, prefix_BP, cons_BCL) in enumerate(
+                batches if len(batches) > 1 else ()):
             shapes = (bucket, rows, spec, np.shape(prefix_BP), np.shape(cons_BCL),
                       index % len(self.placement.devices))
-            if len(batches) > 1 and shapes not in seen:
+            if shapes not in seen:
                 seen.add(shapes)
                 self.placement.prefetch(
                     self.programs, index, inputs([], bucket, rows, keys, prefix_BP, cons_BCL),
