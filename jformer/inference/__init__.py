@@ -1,17 +1,21 @@
 """Inference: the Translator, batch decoding, length buckets, long-input splitting, cache
-memory, scores, attention maps and streaming."""
-from jformer.inference import scoring
-from jformer.inference.batch_decode import SearchSpec, decode_batch, decode_batch_parallel
-from jformer.inference.buckets import bucket_for, output_len, padded_rows, source_buckets
-from jformer.inference.memory import cache_bytes, cache_parts, rows_that_fit
-from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
-                                       join_hypotheses)
-from jformer.inference.segment import Segmentation, split_to_fit
-from jformer.inference.streaming import StreamUpdate, stream
-from jformer.inference.translator import Translator, check_params
+memory, scores, attention maps and streaming.
 
-__all__ = ["Hypothesis", "OverlongError", "OverlongWarning", "SearchSpec", "Segmentation",
-           "StreamUpdate", "Translator", "bucket_for", "cache_bytes", "cache_parts", "check_params",
-           "decode_batch", "decode_batch_parallel", "join_hypotheses", "output_len",
-           "padded_rows", "rows_that_fit", "scoring", "source_buckets", "split_to_fit",
-           "stream"]
+Each name below is imported from its module when first used (:mod:`jformer.lazy`), so
+that a light module of the package (:mod:`.programs`) imports without the rest."""
+from jformer import lazy
+
+_WHERE = {  # name -> the module that defines it
+    "SearchSpec": "batch_decode", "decode_batch": "batch_decode",
+    "decode_batch_parallel": "batch_decode",
+    "bucket_for": "buckets", "output_len": "buckets", "padded_rows": "buckets",
+    "source_buckets": "buckets",
+    "cache_bytes": "memory", "cache_parts": "memory", "rows_that_fit": "memory",
+    "Hypothesis": "results", "OverlongError": "results", "OverlongWarning": "results",
+    "join_hypotheses": "results",
+    "Segmentation": "segment", "split_to_fit": "segment",
+    "StreamUpdate": "streaming", "stream": "streaming",
+    "Translator": "translator", "check_params": "translator",
+}
+__all__ = sorted([*_WHERE, "scoring"])
+__getattr__, __dir__ = lazy.exports(__name__, _WHERE)

@@ -21,9 +21,9 @@ Each has a test of values and gradients against its plain form (tests/kernels), 
 whole model is tested equal under both (tests/model/test_ops_switch.py). What each
 one buys, and the command that measures it: kernels/README.md.
 """
-from jformer.kernels.bias import Dense, add_bias
-from jformer.kernels.dropout import Dropout
-from jformer.kernels.layernorm import LayerNorm
-from jformer.kernels.matmul import dense, dense_dot_general
+from jformer import lazy
 
-__all__ = ["Dense", "Dropout", "LayerNorm", "add_bias", "dense", "dense_dot_general"]
+_WHERE = {"Dense": "bias", "add_bias": "bias", "Dropout": "dropout", "LayerNorm": "layernorm",
+          "dense": "matmul", "dense_dot_general": "matmul"}  # imported when first used
+__all__ = sorted(_WHERE)
+__getattr__, __dir__ = lazy.exports(__name__, _WHERE)
