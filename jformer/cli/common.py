@@ -125,15 +125,21 @@ def _run_batch_size(args: argparse.Namespace) -> int:
 
 
 def load_translator(args: argparse.Namespace):
-    from jformer.inference import Translator  # deferred: fast --help
+    # deferred (a fast --help); the programs first, read while the rest imports
+    from jformer.inference import compile_cache, programs
 
     if hasattr(args, "devices"):
         claim_devices(args)
     devices = getattr(args, "devices", 1)
+    cache = getattr(args, "compile_cache", None)
+    store = programs.open_recent(compile_cache.in_use(cache), args.workdir, args.checkpoint,
+                                 args.step)
+    from jformer.inference import Translator
+
     return Translator.from_checkpoint(args.workdir, checkpoint_dir=args.checkpoint,
                                       step=args.step, devices=devices,
-                                      decode_cfg=decode_overrides(args),
-                                      compile_cache=getattr(args, "compile_cache", None))
+                                      decode_cfg=decode_overrides(args), compile_cache=cache,
+                                      program_store=store)
 
 
 def decode_overrides(args: argparse.Namespace):
@@ -156,16 +162,15 @@ def decode_overrides(args: argparse.Namespace):
 
 
 def search_kwargs(args: argparse.Namespace) -> dict:
-    import jax
-
     from jformer.config import JAX_SEED_LIMIT
+    from jformer.inference.keys import seed_key
 
     if not 0 <= args.seed < JAX_SEED_LIMIT:
         raise ValueError(f"--seed must be an int in [0, 2**32) (a larger one would repeat a "
                          f"smaller one's samples); got {args.seed}")
     kwargs = dict(beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size,
                   max_len=args.max_len, method=args.method, temperature=args.temperature,
-                  top_k=args.top_k, rng=jax.random.key(args.seed))
+                  top_k=args.top_k, rng=seed_key(args.seed))
     if getattr(args, "prefix_bias_beta", None) is not None:
         kwargs["prefix_bias_beta"] = args.prefix_bias_beta
     return kwargs

@@ -141,8 +141,8 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
     (:mod:`jformer.inference.alignment`)."""
     from tqdm import tqdm
 
-    from jformer.search import row_keys
     from jformer.inference import OverlongError, OverlongWarning
+    from jformer.inference.keys import row_key_data
     from jformer.inference.constraints import ConstraintError, glossary_constraints
     from jformer.inference.prefixes import PrefixTooLong
 
@@ -155,8 +155,8 @@ def translate_stream(translator, chunks: Iterable[list[str]], out: TextIO, kwarg
     with tqdm(unit="sent", file=sys.stderr, disable=quiet, desc="translating") as bar:
         for chunk in chunks:
             first_line = len(hyps) + 1
-            chunk_kwargs = dict(kwargs, rng=row_keys(kwargs["rng"], len(chunk),
-                                                     first=first_line - 1))
+            chunk_kwargs = dict(kwargs, rng=row_key_data(kwargs["rng"], len(chunk),
+                                                         first=first_line - 1))
             if prefixes is not None:
                 chunk_kwargs["target_prefix"] = _chunk_lines(prefixes, name, first_line,
                                                              len(chunk), "--target-prefix")

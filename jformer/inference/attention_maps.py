@@ -26,7 +26,8 @@ import numpy as np
 from jformer.model import relative as relpos
 from jformer.model.embeddings import sinusoid_table
 from jformer.model.transformer import Transformer, shift_right
-from jformer.inference.translator import OverlongWarning, Translator
+from jformer.inference.results import OverlongWarning
+from jformer.inference.translator import Translator
 
 KINDS = (("encoder", "self_attention"), ("decoder", "self_attention"),
          ("decoder", "cross_attention"))

@@ -23,7 +23,11 @@ so n devices that decode side by side cost one compile, not n.
 
 :meth:`ProgramStore.prefetch` starts reading a program on a background thread (XLA
 loads an executable without holding Python's lock), so a Translator reads the programs
-of a file's later batches while its first batches decode.
+of a file's later batches while its first batches decode. A store opened under a name
+(:meth:`ProgramStore.read_recent`; ``Translator.from_checkpoint`` names it after the
+checkpoint) keeps the list of one-device programs it ran in ``<root>/recent/<name>.json``,
+and the next store of that name starts reading those at once: ``jformer translate``
+reads its first batch's program while it imports flax and restores the params, not after.
 
 Entries are written atomically (a temporary file renamed into place); one that cannot
 be read is reported once, compiled again and rewritten. Without a directory the store
@@ -38,6 +42,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import json
 import logging
 import os
 import pickle
@@ -59,6 +64,7 @@ log = logging.getLogger(__name__)
 
 PACKAGE = Path(__file__).resolve().parents[1]  # jformer/
 SUFFIX = ".jfprog"
+RECENT_MAX = 64  # programs a recent list names, at most
 # jax settings that change what a traced function lowers to
 LOWERING_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
                      "jax_default_prng_impl", "jax_threefry_partitionable")
@@ -152,6 +158,11 @@ class ProgramStore:
         self._lock = threading.Lock()  # _serialized and the counters (the reader shares them)
         self._pending: dict[tuple, concurrent.futures.Future] = {}  # prefetched, not yet run
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
+        # read_recent: the list's file, what it named, what this store ran (digests, in order)
+        self._recent: Path | None = None
+        self._recent_read: list[str] = []
+        self._ran: list[str] = []
+        self._early: dict[tuple[str, int], concurrent.futures.Future] = {}  # (digest, device)
 
     def run(self, jitted: Callable, args: Sequence, devices: Sequence[jax.Device],
             **static) -> Any:
@@ -159,12 +170,65 @@ class ProgramStore:
         key = _memory_key(jitted, leaves, tree, static)
         program = self._programs.get(key)
         if program is None:
+            digest = self._digest(jitted, leaves, tree, devices, static)
             pending = self._pending.pop(key, None)
             program = pending.result() if pending is not None else None
             if program is None:  # not prefetched, or nothing to read: as without prefetch
-                program = self._load_or_compile(jitted, args, leaves, tree, devices, static)
+                program = self._load_or_compile(jitted, args, digest, devices, static)
             self._programs[key] = program
+            if len(devices) == 1:
+                self._note_ran(digest)
         return program(*args)
+
+    def read_recent(self, name: str, device: jax.Device) -> None:
+        """Starts reading, onto ``device`` and on the background thread, the one-device
+        programs that the last store of this ``name`` ran (in the order it first ran
+        them), and from now on keeps that list: the programs this store runs, in order.
+        A list that this store's runs begin with is kept whole (a shorter job of the same
+        model leaves a longer job's list); any other replaces it. Reading a program the
+        list names but this store never runs costs time on the reader thread only; the
+        entries' digests still decide what runs."""
+        if self.root is None:
+            return
+        self._recent = self.root / "recent" / f"{hashlib.sha256(name.encode()).hexdigest()[:32]}.json"
+        try:
+            listed = json.loads(self._recent.read_text())["programs"]
+            self._recent_read = [d for d in listed if isinstance(d, str)][:RECENT_MAX]
+        except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: a new one
+            self._recent_read = []
+        for digest in self._recent_read:
+            path = self._path(digest)
+            if (digest, device.id) not in self._early and path.exists():
+                self._early[(digest, device.id)] = self._submit(digest, path, [device])
+
+    def _note_ran(self, digest: str) -> None:
+        """Adds a program this store ran to its recent list (:meth:`read_recent`), written
+        when the list changes."""
+        if self._recent is None or digest in self._ran or len(self._ran) >= RECENT_MAX:
+            return
+        self._ran.append(digest)
+        if self._recent_read[:len(self._ran)] == self._ran:
+            return
+        self._recent_read = list(self._ran)
+        try:
+            files.write_atomically(self._recent, json.dumps({"programs": self._ran}).encode())
+        except OSError as e:
+            log.warning("list of recent programs not written to %s (%s)", self._recent, e)
+            self._recent = None
+
+    def _submit(self, digest: str, path: Path | None, devices: list) -> concurrent.futures.Future:
+        """:meth:`_read` on the reader thread (one thread: reads run in submission order)."""
+        if self._reader is None:
+            self._reader = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="jformer-programs")
+        return self._reader.submit(self._read, digest, path, devices)
+
+    def _take_early(self, digest: str, devices: Sequence[jax.Device]):
+        """The future of a program :meth:`read_recent` started reading onto this one
+        device, taken from the early reads; None if there is none."""
+        if len(devices) != 1:
+            return None
+        return self._early.pop((digest, devices[0].id), None)
 
     def prefetch(self, jitted: Callable, args: Sequence, devices: Sequence[jax.Device],
                  **static) -> None:
@@ -179,15 +243,16 @@ class ProgramStore:
         if key in self._programs or key in self._pending:
             return
         digest = self._digest(jitted, leaves, tree, devices, static)
+        early = self._take_early(digest, devices)
+        if early is not None:
+            self._pending[key] = early
+            return
         path = self._path(digest)
         with self._lock:
             here = digest in self._serialized
         if not here and (path is None or not path.exists()):
             return
-        if self._reader is None:
-            self._reader = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="jformer-programs")
-        self._pending[key] = self._reader.submit(self._read, digest, path, list(devices))
+        self._pending[key] = self._submit(digest, path, list(devices))
 
     @staticmethod
     def _digest(jitted, leaves, tree, devices, static) -> str:
@@ -239,10 +304,11 @@ class ProgramStore:
                             "it again", path, type(e).__name__, e)
         return None
 
-    def _load_or_compile(self, jitted, args, leaves, tree, devices, static):
-        digest = self._digest(jitted, leaves, tree, devices, static)
+    def _load_or_compile(self, jitted, args, digest, devices, static):
+        early = self._take_early(digest, devices)
         path = self._path(digest)
-        program = self._read(digest, path, devices)
+        # read early (None: it could not be, and the warning said why), or now
+        program = early.result() if early is not None else self._read(digest, path, devices)
         if program is not None:
             return program
         if path is None and len(devices) > 1:  # in memory, and never moved: as jax does
@@ -262,6 +328,19 @@ class ProgramStore:
         with self._lock:
             self.compiled += 1
         return program
+
+
+def open_recent(cache_dir: str | None, workdir: str | os.PathLike,
+                checkpoint_dir: str | os.PathLike | None = None,
+                step: int | None = None) -> ProgramStore:
+    """A store in ``<cache_dir>/programs`` (None: in memory only) that has started reading
+    the programs last run with this checkpoint (:meth:`ProgramStore.read_recent`, onto
+    the first local device), named by the workdir's and checkpoint's absolute paths and
+    the step."""
+    store = ProgramStore(cache_dir and os.path.join(cache_dir, "programs"))
+    where = [os.path.realpath(p) if p is not None else None for p in (workdir, checkpoint_dir)]
+    store.read_recent(f"{where[0]}|{where[1]}|{step}", jax.local_devices()[0])
+    return store
 
 
 def _serialize(program) -> bytes | None:

@@ -2,6 +2,7 @@
 (the files themselves are jformer.workdir's).
 
     config, tokenizer, params = load_workdir("runs/demo")
+    load_workdir("runs/demo", cache_dir=compile_cache.in_use())  # params kept beside
 
 The one reader behind ``Translator.from_checkpoint`` and
 ``EncoderPredictor.from_checkpoint``; :func:`check_params` names where restored params do
@@ -23,11 +24,13 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.programs import source_digest, stable
 from jformer.model import Transformer
 from jformer.types import PyTree
-from jformer.workdir import checkpoint, files
+from jformer.inference import params_cache
+from jformer.workdir import files
 
 
 def load_workdir(workdir: str | os.PathLike, checkpoint_dir: str | None = None,
-                 step: int | None = None) -> tuple[Config, Tokenizer, PyTree]:
+                 step: int | None = None,
+                 cache_dir: str | None = None) -> tuple[Config, Tokenizer, PyTree]:
     """(config.json's Config, the run's tokenizer, the params of one checkpoint).
 
     Args:
@@ -35,6 +38,8 @@ def load_workdir(workdir: str | os.PathLike, checkpoint_dir: str | None = None,
       checkpoint_dir: a checkpoint directory to read instead of <workdir>/checkpoints,
         e.g. the output of ``jformer average-checkpoints``.
       step: the checkpoint step; None for the latest.
+      cache_dir: a compile cache directory (None: none): the params are read from, or
+        else kept in, its copy of this checkpoint (:mod:`.params_cache`).
     Raises:
       FileNotFoundError naming a missing workdir; config and checkpoint errors name
       their file.
@@ -44,7 +49,15 @@ def load_workdir(workdir: str | os.PathLike, checkpoint_dir: str | None = None,
         raise FileNotFoundError(f"workdir not found: {workdir}")
     config = files.load_config(workdir)
     tokenizer = Tokenizer.load(files.tokenizer_path(config.data, workdir))
-    params = checkpoint.restore_params(checkpoint_dir or files.checkpoint_dir(workdir), step)
+    directory = checkpoint_dir or files.checkpoint_dir(workdir)
+    folder = cache_dir and params_cache.step_folder(directory, step)
+    params = folder and params_cache.read(cache_dir, folder)
+    if params is None:
+        from jformer.workdir import checkpoint  # orbax: imported only when it reads
+
+        params = checkpoint.restore_params(directory, step)
+        if folder:
+            params_cache.write(cache_dir, folder, params)
     return config, tokenizer, params
 
 

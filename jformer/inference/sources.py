@@ -2,13 +2,14 @@
 keys."""
 from __future__ import annotations
 
-from typing import NamedTuple
+import warnings
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from jformer.inference import segment
 from jformer.inference.keys import source_keys
-from jformer.inference.results import OverlongError
+from jformer.inference.results import OverlongError, OverlongWarning
 from jformer.types import Array
 
 Pieces = tuple[list[np.ndarray | None], segment.Segmentation | None]
@@ -58,3 +59,34 @@ def split_sentence(tokenizer, text: str, index: int, msg: str, detail: str, max_
                 f"translate --overlong, to 'truncate')")
         raise OverlongError(f"{msg}; {hint}", index, f"{detail}; {hint}") from e
     return [ids_of[p] if len(ids_of[p]) > 1 else None for p in seg.pieces], seg
+
+
+def encode(tokenizer, sentences: Sequence[str], policy: str, limit: int, eos: int,
+           language: str) -> list[Pieces]:
+    """Per sentence: its pieces' EOS-terminated ids (None for a piece that encodes to
+    nothing) and their Segmentation (None: one piece, the sentence as given). A sentence
+    over ``limit`` tokens is split (``policy`` "split": :func:`split_sentence`, by
+    ``language``'s sentence rules), truncated with an :class:`OverlongWarning` for the
+    caller of ``Translator.translate`` ("truncate"), or rejected ("error")."""
+    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+        raise ValueError("sentences must be a sequence of str")
+    nonempty = [i for i, s in enumerate(sentences) if s.strip()]
+    encoded = tokenizer.encode([sentences[i] for i in nonempty], add_eos=True)
+    out: list[Pieces] = [([None], None)] * len(sentences)
+    for i, ids in zip(nonempty, encoded):
+        if len(ids) == 1:  # EOS alone: nothing the tokenizer keeps
+            continue
+        if len(ids) > limit:
+            detail = f"{len(ids)} tokens (EOS included), more than model.max_len={limit}"
+            msg = f"sentence {i} has {detail}"
+            if policy == "error":
+                raise OverlongError(msg, i, detail)
+            if policy == "split":
+                out[i] = split_sentence(tokenizer, sentences[i], i, msg, detail, limit,
+                                        language)
+                continue
+            warnings.warn(OverlongWarning(f"{msg}; truncated to {limit}", i,
+                                          f"{detail}; truncated to {limit}"), stacklevel=4)
+            ids = np.append(ids[:limit - 1], np.int32(eos))
+        out[i] = ([ids], None)
+    return out

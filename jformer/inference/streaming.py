@@ -157,7 +157,7 @@ def stream(translator: Translator, sentence: str, *, method: str = "beam",
     settings = SearchSettings.of(translator.decode_cfg, method=method, beam_size=beam_size,
                                  alpha=alpha, max_len=max_len, temperature=temperature,
                                  top_k=top_k)
-    key_data, fold_first = key_source(jax.random.key(0) if rng is None else rng, 1)
+    key_data, fold_first = key_source(rng, 1)
     ((pieces, seg),) = translator._encode([sentence], translator.decode_cfg.overlong)
     sources = Sources.of([(pieces, seg)])
     keys = [sources.batch_keys([j], 1, key_data, fold_first) for j in range(len(pieces))]

@@ -38,9 +38,8 @@ from jformer.inference.keys import key_source
 from jformer.inference.precision import for_decoding
 from jformer.inference.restore import check_params, load_workdir
 from jformer.inference.settings import SearchSettings, check_positive_int
-from jformer.inference.sources import Pieces, Sources, split_sentence
-from jformer.inference.results import (Hypothesis, OverlongError, OverlongWarning,
-                                       read_batch, sentence_results)
+from jformer.inference.sources import Pieces, Sources, encode
+from jformer.inference.results import Hypothesis, read_batch, sentence_results
 from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.types import Array, PyTree
@@ -67,12 +66,15 @@ class Translator:
       compile_cache: JAX's persistent compilation cache (:mod:`.compile_cache`): None
         for ``$JFORMER_COMPILE_CACHE`` or ``~/.cache/jformer/xla``, a directory, or
         "off". A process that already set a cache directory keeps its own.
+      program_store: the compiled programs' store (default: a new one in the cache's
+        ``programs/``); ``from_checkpoint`` opens one that reads its last programs early.
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, tokenizer: Tokenizer,
                  decode_cfg: DecodeConfig | None = None, *, chunk_size: int = CHUNK_SIZE,
                  devices: int = 1, parallel: str = "batches", source_lang: str = "en",
-                 compile_cache: str | None = None):
+                 compile_cache: str | None = None,
+                 program_store: programs.ProgramStore | None = None):
         tok_ids = (tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
         cfg_ids = (model_cfg.vocab_size, model_cfg.pad_id, model_cfg.bos_id, model_cfg.eos_id)
         if tok_ids != cfg_ids:
@@ -92,7 +94,8 @@ class Translator:
         self.chunk_size = chunk_size
         self.source_lang = source_lang
         # the decode programs, kept compiled by:
-        self.programs = programs.ProgramStore(self.compile_cache and f"{self.compile_cache}/programs")
+        self.programs = program_store or programs.ProgramStore(
+            self.compile_cache and f"{self.compile_cache}/programs")
         self.ops = resolve(model_cfg)  # model.ops, once
         # The params once, not per batch: on each device, or replicated over a mesh
         # (training may hand over mesh-replicated params, which would make every decode
@@ -116,9 +119,14 @@ class Translator:
             e.g. the output of ``jformer average-checkpoints``.
           step: the checkpoint step; None for the latest.
           decode_cfg: overrides the run's decode section.
+        The programs this checkpoint ran last (:meth:`.programs.ProgramStore.read_recent`)
+        start loading before its params do.
         """
-        config, tokenizer, params = load_workdir(workdir, checkpoint_dir, step)
-        check_params(config.model, params, xla_cache.in_use(kwargs.get("compile_cache")))
+        cache = xla_cache.in_use(kwargs.get("compile_cache"))
+        kwargs.setdefault("program_store", programs.open_recent(cache, workdir,
+                                                                checkpoint_dir, step))
+        config, tokenizer, params = load_workdir(workdir, checkpoint_dir, step, cache)
+        check_params(config.model, params, cache)
         kwargs.setdefault("source_lang", config.data.src_lang)
         return cls(config.model, params, tokenizer, decode_cfg or config.decode, **kwargs)
 
@@ -132,34 +140,9 @@ class Translator:
         return [pieces[0] for pieces, _ in self._encode(sentences, policy)]
 
     def _encode(self, sentences: Sequence[str], policy: str) -> list[Pieces]:
-        """Per sentence: its pieces' ids (None for a piece that encodes to nothing) and
-        their Segmentation (None: one piece, the sentence as given). Overlong sources
-        are split, truncated (with a warning) or rejected, by ``policy``."""
-        if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
-            raise ValueError("sentences must be a sequence of str")
-        limit, eos = self.model_cfg.max_len, self.model_cfg.eos_id
-        nonempty = [i for i, s in enumerate(sentences) if s.strip()]
-        encoded = self.tokenizer.encode([sentences[i] for i in nonempty], add_eos=True)
-        out: list[Pieces] = [([None], None)] * len(sentences)
-        for i, ids in zip(nonempty, encoded):
-            if len(ids) == 1:  # EOS alone: nothing the tokenizer keeps
-                continue
-            if len(ids) > limit:
-                detail = (f"{len(ids)} tokens (EOS included), more than "
-                          f"model.max_len={limit}")
-                msg = f"sentence {i} has {detail}"
-                if policy == "error":
-                    raise OverlongError(msg, i, detail)
-                if policy == "split":
-                    out[i] = split_sentence(self.tokenizer, sentences[i], i, msg, detail,
-                                            self.model_cfg.max_len, self.source_lang)
-                    continue
-                warnings.warn(OverlongWarning(f"{msg}; truncated to {limit}", i,
-                                              f"{detail}; truncated to {limit}"),
-                              stacklevel=3)
-                ids = np.append(ids[:limit - 1], np.int32(eos))
-            out[i] = ([ids], None)
-        return out
+        """Per sentence: its pieces' ids and their Segmentation (:func:`.sources.encode`)."""
+        return encode(self.tokenizer, sentences, policy, self.model_cfg.max_len,
+                      self.model_cfg.eos_id, self.source_lang)
 
     def _rows_that_fit(self, batch_size: int, bucket: int, spec: SearchSpec) -> int:
         """batch_size, or fewer sentences (a multiple of the devices a batch is split
@@ -247,8 +230,7 @@ class Translator:
                                      alpha=alpha, n_best=n_best, max_len=max_len,
                                      temperature=temperature, top_k=top_k)
         batch_size = self._batch_size(batch_size)
-        key_data, fold_first = key_source(jax.random.key(0) if rng is None else rng,
-                                           len(sentences))
+        key_data, fold_first = key_source(rng, len(sentences))
         if max_len is not None and max_len > self.model_cfg.max_len:
             warnings.warn(f"max_len={max_len} is more than the model's positions "
                           f"(model.max_len={self.model_cfg.max_len}); outputs are capped "

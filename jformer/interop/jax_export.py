@@ -74,35 +74,10 @@ from jformer.interop.model_card import write_card
 from jformer.search import length_penalty
 from jformer.types import Array, PyTree
 from jformer.workdir import files
+from jformer.workdir.flat import flatten_params, unflatten_params
 
 FORMAT, FORMAT_VERSION = "jformer-jax-export", 1
 MANIFEST, PARAMS, TOKENIZER = "manifest.json", "params.npz", "spm.model"
-_SEP = "/"
-
-
-# ------------------------------------------------------------------------ parameters
-def flatten_params(params: PyTree) -> dict[str, np.ndarray]:
-    """{"decoder/layer_0/.../kernel": array}: the nested parameter dicts, flat."""
-    flat = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        names = [str(getattr(k, "key", k)) for k in path]
-        if any(_SEP in n for n in names):
-            raise ValueError(f"parameter path {names} holds {_SEP!r}, which the flat names "
-                             f"of {PARAMS} use as separator")
-        flat[_SEP.join(names)] = np.asarray(leaf)
-    return flat
-
-
-def unflatten_params(flat: Mapping[str, Any]) -> dict:
-    """The nested dicts of :func:`flatten_params`' names (works on tracers too)."""
-    nested: dict = {}
-    for name, leaf in flat.items():
-        *parents, last = name.split(_SEP)
-        node = nested
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = leaf
-    return nested
 
 
 # ------------------------------------------------------------------------ programs

@@ -40,8 +40,8 @@ import jax
 import numpy as np
 
 from jformer.inference import padded_rows
+from jformer.inference.keys import row_key_data, seed_key
 from jformer.inference.settings import SearchSettings
-from jformer.search import row_keys
 from jformer.serve.metrics import Metrics
 
 logger = logging.getLogger("jformer.serve")
@@ -108,8 +108,7 @@ class PendingRequest:
         """Raw uint32 key data [2] of sentence j (decoder thread only)."""
         if self._keys is None:
             size = max(self.positions) + 1
-            self._keys = np.asarray(jax.random.key_data(
-                row_keys(jax.random.key(self.seed), size)))
+            self._keys = np.asarray(row_key_data(seed_key(self.seed), size))
         return self._keys[self.positions[j]]
 
     def _deliver(self, j: int, hyps: list) -> None:

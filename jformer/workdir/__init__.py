@@ -9,6 +9,7 @@
     averaging    the mean of the last K checkpoints' params (paper 6.1), or of the best K
                  by validation, written as a params-only checkpoint that restore_params
                  reads
+    flat         a params tree under flat names ("decoder/.../kernel") and back
 
 A foundation: it imports nothing of jformer above jformer.config and jformer.types.
 Reading a whole run for inference (config, tokenizer and params together) needs the

@@ -213,3 +213,82 @@ def test_a_prefetched_move_to_another_device_loads_there(tmp_path):
     got = store.run(program, (jax.device_put(params, second), x), [second], power=2)
     assert (store.compiled, store.moved) == (1, 1) and got.devices() == {second}
     np.testing.assert_array_equal(got, want)
+
+
+def recent_store(root, name="model A"):
+    store = ProgramStore(root)
+    store.read_recent(name, jax.local_devices()[0])
+    return store
+
+
+def test_a_named_store_reads_the_programs_the_last_one_ran_before_they_are_asked_for(
+        tmp_path, monkeypatch):
+    from jformer.inference import programs
+
+    devices = jax.local_devices()[:1]
+    first = recent_store(tmp_path)
+    want = [first.run(program, args(rows), devices, power=2) for rows in (16, 8)]
+    assert first.compiled == 2
+    read = []
+    real = programs._load
+
+    def recording(data, on):
+        read.append((threading.current_thread().name, len(data)))
+        return real(data, on)
+
+    monkeypatch.setattr(programs, "_load", recording)
+    second = recent_store(tmp_path)  # reads both, in the order the first store ran them
+    for future in list(second._early.values()):
+        future.result()
+    assert [name for name, _ in read] == ["jformer-programs_0"] * 2 and second.loaded == 2
+    TRACES.clear()
+    got = [second.run(program, args(rows), devices, power=2) for rows in (16, 8)]
+    assert (second.loaded, second.compiled, TRACES, len(read)) == (2, 0, [], 2)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    other = recent_store(tmp_path, "model B")  # another checkpoint's list: none yet
+    assert other._early == {} and other._reader is None
+
+
+def test_the_recent_list_keeps_a_longer_job_and_follows_another_one(tmp_path):
+    devices = jax.local_devices()[:1]
+    first = recent_store(tmp_path)
+    for rows in (16, 8):
+        first.run(program, args(rows), devices, power=2)
+    (listed,) = (tmp_path / "recent").glob("*.json")
+    longer = listed.read_text()
+    shorter = recent_store(tmp_path)  # runs what the list begins with: it stays
+    shorter.run(program, args(16), devices, power=2)
+    assert listed.read_text() == longer
+    another = recent_store(tmp_path)  # begins with another program: its own list
+    another.run(program, args(8), devices, power=3)
+    assert listed.read_text() != longer
+    assert len(recent_store(tmp_path)._early) == 1
+    listed.write_text("{not json")  # unreadable: as none, and written anew
+    broken = recent_store(tmp_path)
+    assert broken._early == {}
+    broken.run(program, args(8), devices, power=2)
+    assert len(recent_store(tmp_path)._early) == 1
+
+
+def test_an_early_read_that_fails_is_compiled_by_run(tmp_path, caplog):
+    devices = jax.local_devices()[:1]
+    recent_store(tmp_path).run(program, args(), devices, power=2)
+    (entry,) = tmp_path.glob(f"*{SUFFIX}")
+    entry.write_bytes(b"not a program")
+    with caplog.at_level(logging.WARNING, logger="jformer.inference.programs"):
+        store = recent_store(tmp_path)
+        got = store.run(program, args(), devices, power=2)
+    assert (store.compiled, store.loaded) == (1, 0)
+    assert caplog.text.count("could not be loaded") == 1
+    np.testing.assert_allclose(got, program(*args(), power=2))
+
+
+def test_an_early_read_serves_prefetch_without_a_second_read(tmp_path):
+    devices = jax.local_devices()[:1]
+    recent_store(tmp_path).run(program, args(), devices, power=2)
+    store = recent_store(tmp_path)
+    store.prefetch(program, args(), devices, power=2)
+    assert store._early == {} and len(store._pending) == 1
+    store.run(program, args(), devices, power=2)
+    assert (store.loaded, store.compiled) == (1, 0)

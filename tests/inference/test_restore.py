@@ -73,3 +73,30 @@ def test_a_cache_that_cannot_be_written_is_skipped(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     assert restore.expected_shapes(CFG, str(blocker)) == restore.expected_shapes(CFG)
+
+
+def test_from_checkpoint_starts_reading_the_programs_its_checkpoint_ran_last(tmp_path):
+    from jformer.inference import Translator, programs
+    from tests.inference.test_translator import SHORT, tiny_workdir
+
+    run = tiny_workdir(tmp_path / "w")
+    sentences = SHORT + [" ".join(SHORT[1:4])] * 3  # two buckets: several programs
+
+    def translator():
+        store = programs.open_recent(str(tmp_path / "xla"), run)
+        return Translator.from_checkpoint(run, program_store=store, compile_cache="off")
+
+    first = translator()
+    want = first.translate(sentences, beam_size=2)
+    on_disk = list((tmp_path / "xla" / "programs").glob(f"*{programs.SUFFIX}"))
+    assert first.programs.compiled >= 2 and on_disk
+    second = translator()  # its reads began before the params were restored
+    early = second.programs._early
+    assert len(early) == len(on_disk)
+    assert second.translate(sentences, beam_size=2) == want
+    assert not early and second.programs.loaded == len(on_disk)
+    assert second.programs.compiled == first.programs.compiled - len(on_disk)
+    other = Translator.from_checkpoint(run, step=10, compile_cache="off",
+                                       program_store=programs.open_recent(
+                                           str(tmp_path / "xla"), run, step=10))
+    assert not other.programs._early  # another checkpoint name: nothing listed yet
