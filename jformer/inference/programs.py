@@ -183,17 +183,17 @@ class ProgramStore:
     def read_recent(self, name: str, device: jax.Device) -> None:
         """Starts reading, onto ``device`` and on the background thread, the one-device
         programs that the last store of this ``name`` ran (in the order it first ran
-        them), and from now on keeps that list: the programs this store runs, in order.
-        A list that this store's runs begin with is kept whole (a shorter job of the same
-        model leaves a longer job's list); any other replaces it. Reading a program the
-        list names but this store never runs costs time on the reader thread only; the
-        entries' digests still decide what runs."""
+        them), and from now on keeps that list (with this jformer's source digest: one
+        another source wrote is not read). A list that this store's runs begin with is
+        kept whole (a shorter job leaves a longer one's list); any other replaces it. A
+        program listed but never run costs reader-thread time only."""
         if self.root is None:
             return
         self._recent = self.root / "recent" / f"{hashlib.sha256(name.encode()).hexdigest()[:32]}.json"
         try:
-            listed = json.loads(self._recent.read_text())["programs"]
-            self._recent_read = [d for d in listed if isinstance(d, str)][:RECENT_MAX]
+            listed = json.loads(self._recent.read_text())
+            fresh = listed["source"] == source_digest()  # else another jformer's programs
+            self._recent_read = [d for d in listed["programs"] if fresh and isinstance(d, str)]
         except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: a new one
             self._recent_read = []
         for digest in self._recent_read:
@@ -211,7 +211,8 @@ class ProgramStore:
             return
         self._recent_read = list(self._ran)
         try:
-            files.write_atomically(self._recent, json.dumps({"programs": self._ran}).encode())
+            files.write_atomically(self._recent, json.dumps(
+                {"source": source_digest(), "programs": self._ran}).encode())
         except OSError as e:
             log.warning("list of recent programs not written to %s (%s)", self._recent, e)
             self._recent = None

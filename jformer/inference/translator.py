@@ -123,8 +123,8 @@ class Translator:
         start loading before its params do.
         """
         cache = xla_cache.in_use(kwargs.get("compile_cache"))
-        kwargs.setdefault("program_store", programs.open_recent(cache, workdir,
-                                                                checkpoint_dir, step))
+        if kwargs.get("program_store") is None:
+            kwargs["program_store"] = programs.open_recent(cache, workdir, checkpoint_dir, step)
         config, tokenizer, params = load_workdir(workdir, checkpoint_dir, step, cache)
         check_params(config.model, params, cache)
         kwargs.setdefault("source_lang", config.data.src_lang)

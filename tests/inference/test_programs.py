@@ -292,3 +292,12 @@ def test_an_early_read_serves_prefetch_without_a_second_read(tmp_path):
     assert store._early == {} and len(store._pending) == 1
     store.run(program, args(), devices, power=2)
     assert (store.loaded, store.compiled) == (1, 0)
+
+
+def test_a_recent_list_of_another_jformer_source_is_not_read(tmp_path, monkeypatch):
+    from jformer.inference import programs
+
+    recent_store(tmp_path).run(program, args(), jax.local_devices()[:1], power=2)
+    assert len(recent_store(tmp_path)._early) == 1
+    monkeypatch.setattr(programs, "source_digest", lambda: "another source")
+    assert recent_store(tmp_path)._early == {}

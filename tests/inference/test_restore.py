@@ -75,16 +75,21 @@ def test_a_cache_that_cannot_be_written_is_skipped(tmp_path):
     assert restore.expected_shapes(CFG, str(blocker)) == restore.expected_shapes(CFG)
 
 
-def test_from_checkpoint_starts_reading_the_programs_its_checkpoint_ran_last(tmp_path):
+def test_from_checkpoint_starts_reading_the_programs_its_checkpoint_ran_last(
+        tmp_path, monkeypatch):
     from jformer.inference import Translator, programs
     from tests.inference.test_translator import SHORT, tiny_workdir
 
     run = tiny_workdir(tmp_path / "w")
     sentences = SHORT + [" ".join(SHORT[1:4])] * 3  # two buckets: several programs
 
+    opened = []
+
     def translator():
         store = programs.open_recent(str(tmp_path / "xla"), run)
-        return Translator.from_checkpoint(run, program_store=store, compile_cache="off")
+        with monkeypatch.context() as m:  # the store given is the one used: none opened
+            m.setattr(programs, "open_recent", lambda *a, **k: opened.append(a))
+            return Translator.from_checkpoint(run, program_store=store, compile_cache="off")
 
     first = translator()
     want = first.translate(sentences, beam_size=2)
@@ -100,3 +105,4 @@ def test_from_checkpoint_starts_reading_the_programs_its_checkpoint_ran_last(tmp
                                        program_store=programs.open_recent(
                                            str(tmp_path / "xla"), run, step=10))
     assert not other.programs._early  # another checkpoint name: nothing listed yet
+    assert opened == []
