@@ -1,6 +1,4 @@
 """``python -m jformer ...``: the same command line as the ``jformer`` script."""
-import sys
+from jformer.cli import entry
 
-from jformer.cli import main
-
-sys.exit(main())
+entry()

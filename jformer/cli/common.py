@@ -133,7 +133,7 @@ def load_translator(args: argparse.Namespace):
     devices = getattr(args, "devices", 1)
     cache = getattr(args, "compile_cache", None)
     store = programs.open_recent(compile_cache.in_use(cache), args.workdir, args.checkpoint,
-                                 args.step)
+                                 args.step, devices)
     from jformer.inference import Translator
 
     return Translator.from_checkpoint(args.workdir, checkpoint_dir=args.checkpoint,

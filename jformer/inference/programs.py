@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
-import functools
 import hashlib
 import io
 import json
@@ -57,47 +55,17 @@ import numpy as np
 from jax.experimental import serialize_executable
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
+from jformer.inference.digests import source_digest, stable
 from jformer.kernels.native import cpu_flags
 from jformer.workdir import files
 
 log = logging.getLogger(__name__)
 
-PACKAGE = Path(__file__).resolve().parents[1]  # jformer/
 SUFFIX = ".jfprog"
 RECENT_MAX = 64  # programs a recent list names, at most
 # jax settings that change what a traced function lowers to
 LOWERING_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
                      "jax_default_prng_impl", "jax_threefry_partitionable")
-
-
-@functools.cache
-def source_digest() -> str:
-    """sha256 over jformer's source files (path and bytes), computed once a process."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".cc", ".h")):
-        digest.update(str(path.relative_to(PACKAGE)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def stable(obj: Any) -> str:
-    """A text for ``obj`` that is the same in every process (no memory addresses):
-    functions and classes by module and name, partials, dataclasses and tuples by their
-    parts; anything else by ``repr``."""
-    if isinstance(obj, functools.partial):
-        return (f"partial({stable(obj.func)}, {', '.join(map(stable, obj.args))}, "
-                f"{', '.join(f'{k}={stable(v)}' for k, v in sorted(obj.keywords.items()))})")
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = ", ".join(f"{f.name}={stable(getattr(obj, f.name))}"
-                           for f in dataclasses.fields(obj))
-        return f"{type(obj).__module__}.{type(obj).__qualname__}({fields})"
-    if isinstance(obj, (tuple, list)):
-        return f"{type(obj).__name__}({', '.join(map(stable, obj))})"
-    if isinstance(obj, dict):
-        return f"dict({', '.join(f'{stable(k)}: {stable(v)}' for k, v in obj.items())})"
-    if callable(obj) and hasattr(obj, "__qualname__"):
-        return f"{getattr(obj, '__module__', '?')}.{obj.__qualname__}"
-    return repr(obj)
 
 
 _CACHE_SWITCH = threading.Lock()
@@ -158,10 +126,12 @@ class ProgramStore:
         self._lock = threading.Lock()  # _serialized and the counters (the reader shares them)
         self._pending: dict[tuple, concurrent.futures.Future] = {}  # prefetched, not yet run
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
-        # read_recent: the list's file, what it named, what this store ran (digests, in order)
+        # read_recent: the list's file and devices, what it named, what this store ran
+        # ([digest, device's place in the devices] pairs, in order)
         self._recent: Path | None = None
-        self._recent_read: list[str] = []
-        self._ran: list[str] = []
+        self._recent_devices: list[jax.Device] = []
+        self._recent_read: list[list] = []
+        self._ran: list[list] = []
         self._early: dict[tuple[str, int], concurrent.futures.Future] = {}  # (digest, device)
 
     def run(self, jitted: Callable, args: Sequence, devices: Sequence[jax.Device],
@@ -177,36 +147,41 @@ class ProgramStore:
                 program = self._load_or_compile(jitted, args, digest, devices, static)
             self._programs[key] = program
             if len(devices) == 1:
-                self._note_ran(digest)
+                self._note_ran(digest, devices[0])
         return program(*args)
 
-    def read_recent(self, name: str, device: jax.Device) -> None:
-        """Starts reading, onto ``device`` and on the background thread, the one-device
-        programs that the last store of this ``name`` ran (in the order it first ran
-        them), and from now on keeps that list (with this jformer's source digest: one
-        another source wrote is not read). A list that this store's runs begin with is
-        kept whole (a shorter job leaves a longer one's list); any other replaces it. A
-        program listed but never run costs reader-thread time only."""
+    def read_recent(self, name: str, devices: Sequence[jax.Device]) -> None:
+        """Starts reading on the background thread the one-device programs that the last
+        store of this ``name`` ran, each onto the device in the same place of ``devices``
+        as it ran on then, in the order they first ran; from now on keeps that list
+        (with this jformer's source digest: one another source wrote is not read). A list
+        that this store's runs begin with is kept whole (a shorter job leaves a longer
+        one's list); any other replaces it. A program listed but never run costs
+        reader-thread time only."""
         if self.root is None:
             return
         self._recent = self.root / "recent" / f"{hashlib.sha256(name.encode()).hexdigest()[:32]}.json"
         try:
             listed = json.loads(self._recent.read_text())
             fresh = listed["source"] == source_digest()  # else another jformer's programs
-            self._recent_read = [d for d in listed["programs"] if fresh and isinstance(d, str)]
+            self._recent_read = [[str(d), int(i)] for d, i in listed["programs"] if fresh]
         except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: a new one
             self._recent_read = []
-        for digest in self._recent_read:
-            path = self._path(digest)
-            if (digest, device.id) not in self._early and path.exists():
+        self._recent_devices = list(devices)
+        for digest, place in self._recent_read:
+            path, device = self._path(digest), devices[place] if place < len(devices) else None
+            if device and (digest, device.id) not in self._early and path.exists():
                 self._early[(digest, device.id)] = self._submit(digest, path, [device])
 
-    def _note_ran(self, digest: str) -> None:
-        """Adds a program this store ran to its recent list (:meth:`read_recent`), written
-        when the list changes."""
-        if self._recent is None or digest in self._ran or len(self._ran) >= RECENT_MAX:
+    def _note_ran(self, digest: str, device: jax.Device) -> None:
+        """Adds a program this store ran on ``device`` to its recent list
+        (:meth:`read_recent`), written when the list changes."""
+        ran = [digest, self._recent_devices.index(device)
+               if device in self._recent_devices else -1]
+        if (self._recent is None or ran in self._ran or ran[1] < 0
+                or len(self._ran) >= RECENT_MAX):
             return
-        self._ran.append(digest)
+        self._ran.append(ran)
         if self._recent_read[:len(self._ran)] == self._ran:
             return
         self._recent_read = list(self._ran)
@@ -333,14 +308,14 @@ class ProgramStore:
 
 def open_recent(cache_dir: str | None, workdir: str | os.PathLike,
                 checkpoint_dir: str | os.PathLike | None = None,
-                step: int | None = None) -> ProgramStore:
+                step: int | None = None, devices: int = 1) -> ProgramStore:
     """A store in ``<cache_dir>/programs`` (None: in memory only) that has started reading
     the programs last run with this checkpoint (:meth:`ProgramStore.read_recent`, onto
-    the first local device), named by the workdir's and checkpoint's absolute paths and
-    the step."""
+    the first ``devices`` local devices), named by the workdir's and checkpoint's
+    absolute paths and the step."""
     store = ProgramStore(cache_dir and os.path.join(cache_dir, "programs"))
     where = [os.path.realpath(p) if p is not None else None for p in (workdir, checkpoint_dir)]
-    store.read_recent(f"{where[0]}|{where[1]}|{step}", jax.local_devices()[0])
+    store.read_recent(f"{where[0]}|{where[1]}|{step}", jax.local_devices()[:devices])
     return store
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from jformer.config import Config, ModelConfig
 from jformer.data.tokenizer import Tokenizer
-from jformer.inference.programs import source_digest, stable
+from jformer.inference.digests import source_digest, stable
 from jformer.model import Transformer
 from jformer.types import PyTree
 from jformer.inference import params_cache

@@ -124,7 +124,8 @@ class Translator:
         """
         cache = xla_cache.in_use(kwargs.get("compile_cache"))
         if kwargs.get("program_store") is None:
-            kwargs["program_store"] = programs.open_recent(cache, workdir, checkpoint_dir, step)
+            kwargs["program_store"] = programs.open_recent(cache, workdir, checkpoint_dir, step,
+                                                           kwargs.get("devices", 1))
         config, tokenizer, params = load_workdir(workdir, checkpoint_dir, step, cache)
         check_params(config.model, params, cache)
         kwargs.setdefault("source_lang", config.data.src_lang)

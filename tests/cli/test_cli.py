@@ -335,6 +335,35 @@ def test_python_m_jformer_help_lists_the_subcommands():
         assert command in result.stdout
 
 
+def test_the_script_exits_quickly_with_its_output_whole_and_its_status(workdir, reference,
+                                                                      tmp_path):
+    """python -m jformer (cli.entry) ends with os._exit after flushing: stdout and the
+    --output file hold every line, atexit handlers ran, and the status is main's."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    hook = tmp_path / "hook.py"  # an atexit handler that leaves a mark
+    hook.write_text(f"import atexit\natexit.register(lambda: open({str(tmp_path / 'mark')!r}, "
+                    f"'w').write('ran'))\n")
+    script = (f"import runpy, sys; exec(open({str(hook)!r}).read()); "
+              f"sys.argv = ['jformer'] + sys.argv[1:]; runpy.run_module('jformer', "
+              f"run_name='__main__')")
+    text = "\n".join(LINES) + "\n"
+    for out in (None, tmp_path / "out.de"):
+        argv = ["translate", "--workdir", workdir, "--quiet"]
+        if out is not None:
+            argv += ["--output", str(out)]
+        done = subprocess.run([sys.executable, "-c", script, *argv], input=text,
+                              capture_output=True, text=True, timeout=300, cwd=repo)
+        assert done.returncode == 0, done.stderr[-2000:]
+        written = done.stdout if out is None else out.read_text()
+        assert written.splitlines() == reference.translate(LINES)
+        assert (tmp_path / "mark").read_text() == "ran"
+        (tmp_path / "mark").unlink()
+    done = subprocess.run([sys.executable, "-m", "jformer", "translate", "--workdir",
+                           str(tmp_path / "missing")], input=text, capture_output=True,
+                          text=True, timeout=300, cwd=repo)
+    assert done.returncode == 1 and "workdir not found" in done.stderr
+
+
 @pytest.mark.slow
 def test_overlong_lines_are_split_and_the_line_count_is_kept(workdir, reference, tmp_path,
                                                              capsys):

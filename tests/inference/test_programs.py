@@ -215,9 +215,9 @@ def test_a_prefetched_move_to_another_device_loads_there(tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
-def recent_store(root, name="model A"):
+def recent_store(root, name="model A", devices=1):
     store = ProgramStore(root)
-    store.read_recent(name, jax.local_devices()[0])
+    store.read_recent(name, jax.local_devices()[:devices])
     return store
 
 
@@ -301,3 +301,27 @@ def test_a_recent_list_of_another_jformer_source_is_not_read(tmp_path, monkeypat
     assert len(recent_store(tmp_path)._early) == 1
     monkeypatch.setattr(programs, "source_digest", lambda: "another source")
     assert recent_store(tmp_path)._early == {}
+
+
+def test_the_recent_list_reads_each_program_onto_the_device_it_ran_on(tmp_path):
+    if len(jax.local_devices()) < 2:
+        pytest.skip("needs 2 local devices (tests/conftest.py asks for 8)")
+    first, second = jax.local_devices()[:2]
+
+    def on(device, rows):
+        params, x = args(rows)
+        return (jax.device_put(params, device), x), [device]
+
+    store = recent_store(tmp_path, devices=2)
+    for device, rows in ((first, 8), (second, 8), (second, 16)):
+        store.run(program, *on(device, rows), power=2)
+    digest = {rows: store._digest(program, *jax.tree.flatten(on(first, rows)[0]),
+                                  [first], {"power": 2}) for rows in (8, 16)}
+    again = recent_store(tmp_path, devices=2)  # in the order they first ran
+    assert list(again._early) == [(digest[8], first.id), (digest[8], second.id),
+                                  (digest[16], second.id)]
+    assert list(recent_store(tmp_path, devices=1)._early) == [(digest[8], first.id)]
+    for device, rows in ((first, 8), (second, 8), (second, 16)):
+        got = again.run(program, *on(device, rows), power=2)
+        assert got.devices() == {device}
+    assert again.loaded + again.moved == 3 and again.compiled == 0 and not again._early
