@@ -19,7 +19,8 @@ is innermost and copies it otherwise:
 
 :class:`CpuAttention` is :class:`~jformer.model.attention.MultiHeadAttention` with these
 products (same parameters); :class:`PackedAttention` is its float32 decode-step form over
-weights packed once (:mod:`jformer.kernels.rows_matmul`). Equality with the plain form:
+weights packed once (:mod:`jformer.kernels.rows_matmul`); :class:`NativeBeamAttention`
+takes only its C++ beam attention. Equality with the plain form:
 tests/kernels/test_attention.py and tests/model/test_ops_switch.py; speed:
 kernels/README.md.
 """
@@ -341,3 +342,11 @@ class PackedXlaBeamAttention(PackedAttention):
     for models whose step scores hold more than q . k (relative positions, a window)."""
 
     slot_attention = CpuAttention.slot_attention
+
+
+class NativeBeamAttention(CpuAttention):
+    """:class:`CpuAttention` whose float32 beam steps run the C++ beam attention
+    (:mod:`jformer.kernels.native_attention`) over XLA's weight products: the step of a
+    CPU without packed weights (no AVX-512), or of more rows than they serve."""
+
+    slot_attention = PackedAttention.slot_attention

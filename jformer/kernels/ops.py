@@ -23,7 +23,8 @@ from flax import linen as nn
 
 from jformer.config import ModelConfig
 from jformer.kernels import rows_matmul
-from jformer.kernels.attention import CpuAttention, PackedAttention, PackedXlaBeamAttention
+from jformer.kernels.attention import (CpuAttention, NativeBeamAttention, PackedAttention,
+                                       PackedXlaBeamAttention)
 from jformer.kernels.bias import Dense, PackedDense
 from jformer.kernels.decode_cache import (SlotCache, init_beam_self_cache, init_self_cache,
                                           memory_layout, reorder_beam_state)
@@ -39,6 +40,7 @@ from jformer.model.transformer import Transformer
 from jformer.types import Array, PyTree
 
 OUTPUT = "step_output"  # the decoder's StepOutput submodule, where the output matrix lives
+NATIVE_BEAM = "native_beam"  # prepare's mark: beam steps run the C++ beam attention
 
 # Decode steps of at most this many rows (batch x beam) read the packed weights, larger
 # ones XLA's dot: the kernel's lead over XLA's dot shrinks as rows grow, and past this
@@ -115,13 +117,17 @@ class CpuCacheLayout:
         (compute dtype) under the decoder's step output, and, computing float32 on the
         CPU where the native library loads, every weight matrix of the decoder's step
         packed (:func:`rows_matmul.pack_decoder`; not ``portable``: the serialized program
-        could not call the library; not without ``pack``). Empty for an untied bfloat16
-        model."""
+        could not call the library; not without ``pack``); under the same conditions,
+        with ``native_beam`` and with or without ``pack``, an empty ``NATIVE_BEAM`` mark:
+        beam steps over XLA's products then run the C++ beam attention too. Empty for an
+        untied bfloat16 model."""
         cfg, out = model.cfg, {}
-        float32 = cfg.dtype == "float32"
-        if (self.pack and float32 and not portable and jax.default_backend() == "cpu"
-                and rows_matmul.available()):
+        native = (cfg.dtype == "float32" and not portable and jax.default_backend() == "cpu"
+                  and rows_matmul.available())
+        if self.pack and native:
             out = rows_matmul.pack_decoder(params["decoder"], _output_DV(cfg, params), OUTPUT)
+        if self.native_beam and native:
+            out[NATIVE_BEAM] = jnp.zeros((0,), jnp.float32)
         if cfg.tie_output:
             decoder = out.setdefault("decoder", {})
             decoder.setdefault(OUTPUT, {})["output_DV"] = _output_DV(cfg, params)
@@ -129,11 +135,15 @@ class CpuCacheLayout:
 
     def step_ops(self, ops: Ops, prepared: PyTree, rows: int) -> Ops:
         """CPU_PACKED for at most PACKED_ROWS_MAX rows over packed weights, CPU_MATRIX
-        where the output matrix is prepared, else ``ops``."""
+        where the output matrix is prepared, else ``ops``; the last two with the C++ beam
+        attention (:class:`NativeBeamAttention`) where ``prepare`` marked it."""
         output = _prepared_output(prepared)
         if "output" in output and rows <= PACKED_ROWS_MAX:
             return CPU_PACKED if self.native_beam else CPU_PACKED_XLA_BEAM
-        return CPU_MATRIX if "output_DV" in output else ops
+        step = CPU_MATRIX if "output_DV" in output else ops
+        if NATIVE_BEAM in prepared.get(rows_matmul.COLLECTION, {}):
+            return dataclasses.replace(step, attention=NativeBeamAttention)
+        return step
 
     def rows_max(self, prepared: PyTree) -> int | None:
         """PACKED_ROWS_MAX where the weights are packed: a step over more rows reads
