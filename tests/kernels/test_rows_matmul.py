@@ -11,7 +11,7 @@ from jax import lax
 from jformer.config import ModelConfig
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, encode_and_init,
                                             make_step_fn)
-from jformer.kernels.ops import PACKED_ROWS_MAX
+from jformer.kernels.ops import NATIVE_BEAM, PACKED_ROWS_MAX
 from jformer.kernels import native_attention, rows_matmul
 from jformer.ops import resolve, transformer
 
@@ -98,7 +98,8 @@ def packed_weights(cfg, params):
     """The packed weight matrices of :func:`prepared` (None where there are none)."""
     tree = prepared(cfg, params).get(rows_matmul.COLLECTION, {})
     leaves = [x for p, x in jax.tree_util.tree_leaves_with_path(tree)
-              if "output_DV" not in jax.tree_util.keystr(p)]
+              if "output_DV" not in jax.tree_util.keystr(p)
+              and NATIVE_BEAM not in jax.tree_util.keystr(p)]  # the mark, not a weight
     return leaves or None
 
 
@@ -179,8 +180,8 @@ def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
     args = (params, prepared(CFG, params), inputs, np.ones(33, bool), jax.random.key(0),
             np.float32(0.6), np.float32(1.0))
     hlo = decode_batch.lower(*args, model_cfg=CFG, ops=resolve(CFG), spec=spec).as_text()
-    for target in (rows_matmul.TARGET, native_attention.SLOT_TARGET):
-        assert target not in hlo
+    # XLA's dot, and the C++ beam attention beside it (NativeBeamAttention)
+    assert rows_matmul.TARGET not in hlo and native_attention.SLOT_TARGET in hlo
 
 
 ZEN4_AVX512 = "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512bw avx512_vnni"
@@ -218,6 +219,13 @@ def test_the_cpu_set_packs_where_the_kernel_fits_or_as_the_variable_says(
     hlo = decode_batch.lower(*args, model_cfg=CFG, ops=ops,
                              spec=SearchSpec("greedy", 1, max_len=4)).as_text()
     assert (rows_matmul.TARGET in hlo) is packs
+    # beams run the C++ beam attention packed or not (not portable: no mark, XLA's)
+    for portable, native in ((False, True), (True, False)):
+        prep = ops.cache.prepare(transformer(CFG), params, portable=portable)
+        args = (params, prep, *args[2:])
+        hlo = decode_batch.lower(*args, model_cfg=CFG, ops=ops,
+                                 spec=SearchSpec("beam", 2, max_len=4)).as_text()
+        assert (native_attention.SLOT_TARGET in hlo) is native
 
 
 def test_a_bad_override_names_the_variable(monkeypatch):
