@@ -21,9 +21,10 @@ its serialized executable and loads it onto each device that asks for it
 (:func:`_load_onto`; XLA's code does not depend on which of a kind of device runs it),
 so n devices that decode side by side cost one compile, not n.
 
-:meth:`ProgramStore.prefetch` starts reading a program on a background thread (XLA
-loads an executable without holding Python's lock), so a Translator reads the programs
-of a file's later batches while its first batches decode. A store opened under a name
+:meth:`ProgramStore.prefetch` starts reading a program on a background thread, so a
+Translator reads the programs of a file's later batches while its first batches decode
+(XLA holds Python's lock for most of a read, bench/README.md measures it: reads overlap
+the decoding, which releases it, far better than Python work). A store opened under a name
 (:meth:`ProgramStore.read_recent`; ``Translator.from_checkpoint`` names it after the
 checkpoint) keeps the list of one-device programs it ran in ``<root>/recent/<name>.json``,
 and the next store of that name starts reading those at once: ``jformer translate``
@@ -176,10 +177,10 @@ class ProgramStore:
     def _note_ran(self, digest: str, device: jax.Device) -> None:
         """Adds a program this store ran on ``device`` to its recent list
         (:meth:`read_recent`), written when the list changes."""
-        ran = [digest, self._recent_devices.index(device)
-               if device in self._recent_devices else -1]
-        if (self._recent is None or ran in self._ran or ran[1] < 0
-                or len(self._ran) >= RECENT_MAX):
+        if self._recent is None or device not in self._recent_devices:
+            return
+        ran = [digest, self._recent_devices.index(device)]
+        if ran in self._ran or len(self._ran) >= RECENT_MAX:
             return
         self._ran.append(ran)
         if self._recent_read[:len(self._ran)] == self._ran:
