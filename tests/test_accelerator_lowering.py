@@ -61,10 +61,10 @@ def train_and_eval_modules(platform: str) -> list[str]:
             lowered(evaluate, platform, state.params, batch)]
 
 
-def prepared_value(platform: str):
+def prepared_value(platform: str, int8: bool = False):
     """(the set "auto" resolves to for ``platform``, what its decode programs take prepared)."""
     cfg = CFG.for_platform(platform)
-    ops = resolve(CFG, platform)
+    ops = resolve(CFG, platform, int8=int8)
     params = jax.eval_shape(lambda: Transformer(cfg, ops).init(
         jax.random.key(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)))["params"]
     model = Transformer(cfg, ops)
@@ -72,9 +72,9 @@ def prepared_value(platform: str):
     return ops, shapes(params), prepared
 
 
-def translate_modules(platform: str) -> list[str]:
+def translate_modules(platform: str, int8: bool = False) -> list[str]:
     cfg = CFG.for_platform(platform)
-    ops, params, prepared = prepared_value(platform)
+    ops, params, prepared = prepared_value(platform, int8)
     inputs = jax.ShapeDtypeStruct((4, 16), jnp.int32)
     valid = jax.ShapeDtypeStruct((4,), jnp.bool_)
     keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 4))
@@ -109,6 +109,19 @@ def test_accelerator_lowerings_hold_no_cpu_kernels(platform):
         assert not cpu_kernels(text), cpu_kernels(text)
         assert "optimization_barrier" not in text
         assert custom_calls(text) <= PORTABLE_CUSTOM_CALLS, custom_calls(text)
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_int8_decoding_lowers_to_xlas_int8_dot_on_accelerators(platform):
+    """decode.dtype="int8" on cuda and tpu: int8 x int8 dots with int32 sums in every
+    step (the quantized weights are prepared from the params), no CPU kernel."""
+    ops, _, prepared = prepared_value(platform, int8=True)
+    assert {x.dtype for x in jax.tree.leaves(prepared)} == {np.dtype("int8"), np.dtype("float32")}
+    for text in translate_modules(platform, int8=True):
+        assert not cpu_kernels(text), cpu_kernels(text)
+        assert custom_calls(text) <= PORTABLE_CUSTOM_CALLS, custom_calls(text)
+        int8_dots = re.findall(r"dot_general.*xi8>.*xi8>.*-> tensor<[^>]*xi32>", text)
+        assert len(int8_dots) >= 7, len(int8_dots)  # 6 per decoder layer and the output
 
 
 @pytest.mark.slow  # among the costliest default tests: CI's slow run keeps it

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 from jformer.cli.common import add_formats, add_model_args, run_format
+from jformer.config import DECODE_DTYPES
 from jformer.interop import CT2_QUANTIZATIONS
 
 NAME = "export"
@@ -87,6 +88,9 @@ def _jax_arguments(p: argparse.ArgumentParser) -> None:
                    help="the programs take lexical constraints, C phrases of up to L "
                         "tokens per sentence (constraints_BCL int32 [batch, C, L], -1 "
                         "padding); each output contains its phrases (--method beam)")
+    p.add_argument("--dtype", choices=DECODE_DTYPES, default=None,
+                   help="decode.dtype of the programs (default: the run's); int8: int8 "
+                        "decode-step products, quantized inside each program")
     p.add_argument("--force", action="store_true", help="replace an existing --out directory")
 
 
@@ -97,7 +101,7 @@ def _jax_run(args: argparse.Namespace) -> None:
         args.workdir, args.out, checkpoint_dir=args.checkpoint, step=args.step,
         force=args.force, buckets=args.buckets, batch_rows=args.batch, method=args.method,
         beam_size=args.beam, alpha=args.alpha, max_len=args.max_len,
-        platforms=args.platforms, prefix_len=args.prefix_len,
+        platforms=args.platforms, prefix_len=args.prefix_len, dtype=args.dtype,
         prefix_bias=args.prefix_bias or None, **_constraint_settings(args.constraints))
     print(f"exported {args.workdir} to {out} (jax.export, {args.method}, platforms "
           f"{','.join(args.platforms)})")

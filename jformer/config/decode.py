@@ -12,7 +12,7 @@ from jformer.config.units import parse_bytes
 OVERLONG_POLICIES = ("split", "truncate", "error")
 # Beam search: which of a step's 2W candidates may finish with EOS (jformer.search.beam)
 EOS_CANDIDATES = ("all", "top_w")
-DECODE_DTYPES = ("auto", "model") + DTYPES  # decode.dtype (jformer.inference.precision)
+DECODE_DTYPES = ("auto", "model") + DTYPES + ("int8",)  # decode.dtype (jformer.inference.precision)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +44,10 @@ class DecodeConfig:
     # programs are kept whole (jformer.inference.programs; bench/README.md measures it)
     shrink_floor: int = 8
     # auto: float32 on a CPU, model.dtype on an accelerator | model: decode in model.dtype |
-    # float32 | bfloat16: bf16 weight matrices, activations and KV cache
-    # (jformer.inference.precision; its BLEU cost and speed: docs/results.md)
+    # float32 | bfloat16: bf16 weight matrices, activations and KV cache | int8: the
+    # decoder's step products int8 (weights per column, rows per product; float32
+    # activations and cache) (jformer.inference.precision; BLEU cost and speed:
+    # docs/results.md)
     dtype: str = "auto"
     # Word alignments (jformer.inference.alignment): the decoder layer whose
     # cross-attention is read (an index; negative counts from the end; None: the last,

@@ -9,6 +9,10 @@
                 once, bfloat16 activations and KV cache; vectors (biases, LayerNorm
                 scale and offset) stay float32, as do the attention softmax, the logits
                 and the scores.
+    "int8"      float32 activations and KV cache, and the decoder's step products int8:
+                each weight matrix quantized once per output column, each product's
+                rows as it runs, int32 sums (:mod:`jformer.model.int8`); the encoder and
+                the cross keys and values stay float32.
 
 bfloat16 halves the bytes each decoder step reads (weights and cache). On a CPU it is
 still the slower choice: XLA:CPU's bfloat16 products are slower than its float32 ones, and
@@ -43,10 +47,17 @@ def decoding_dtype(model_cfg: ModelConfig, decode_cfg: DecodeConfig,
 
 def decoding_config(model_cfg: ModelConfig, decode_cfg: DecodeConfig,
                     platforms: tuple[str, ...] | None = None) -> ModelConfig:
-    """The model config whose ``dtype`` is the one ``decode_cfg.dtype`` decodes in."""
+    """The model config whose ``dtype`` is the one ``decode_cfg.dtype`` decodes in (int8:
+    float32, the activations' dtype; :func:`int8` says the products are int8)."""
     dtype = decoding_dtype(model_cfg, decode_cfg, platforms)
+    dtype = "float32" if dtype == "int8" else dtype
     return model_cfg if dtype == model_cfg.dtype else dataclasses.replace(model_cfg,
                                                                           dtype=dtype)
+
+
+def int8(decode_cfg: DecodeConfig) -> bool:
+    """Whether decode steps run int8 products (``jformer.ops.resolve(..., int8=)``)."""
+    return decode_cfg.dtype == "int8"
 
 
 def for_decoding(model_cfg: ModelConfig, decode_cfg: DecodeConfig,

@@ -35,7 +35,7 @@ from jformer.inference.constraints import (batch_constraints, encode_constraints
                                            for_sources, phrase_ends)
 from jformer.inference.buckets import output_len, padded_rows, plan_batches, source_buckets
 from jformer.inference.keys import key_source
-from jformer.inference.precision import for_decoding
+from jformer.inference.precision import for_decoding, int8
 from jformer.inference.restore import check_params, load_workdir
 from jformer.inference.settings import SearchSettings, check_positive_int
 from jformer.inference.sources import Pieces, Sources, encode
@@ -96,7 +96,7 @@ class Translator:
         # the decode programs, kept compiled by:
         self.programs = program_store or programs.ProgramStore(
             self.compile_cache and f"{self.compile_cache}/programs")
-        self.ops = resolve(model_cfg)  # model.ops, once
+        self.ops = resolve(model_cfg, int8=int8(self.decode_cfg))  # model.ops, once
         # The params once, not per batch: on each device, or replicated over a mesh
         # (training may hand over mesh-replicated params, which would make every decode
         # run once per device); the devices are the placement's.

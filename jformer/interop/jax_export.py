@@ -88,7 +88,7 @@ def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: in
     platform (module docstring). phrase_ends_V: with constraints, the target pieces that
     may follow a phrase (:func:`jformer.inference.constraints.phrase_ends`), a constant
     of the program."""
-    spec, ops = settings.spec(out_len), resolve(model_cfg)
+    spec, ops = settings.spec(out_len), resolve(model_cfg, int8=settings.int8)
     penalise = spec.method == "greedy" and settings.method == "beam"  # beam of width 1
     pad, eos = model_cfg.pad_id, model_cfg.eos_id
 
@@ -156,7 +156,7 @@ def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping
         "eos_candidates": settings.eos_candidates,
         "prefix_len": settings.prefix_len, "prefix_bias": settings.prefix_bias,
         "constraint_count": settings.constraint_count,
-        "constraint_len": settings.constraint_len,
+        "constraint_len": settings.constraint_len, "int8": settings.int8,
         "pad_id": model_cfg.pad_id, "bos_id": model_cfg.bos_id,
         "eos_id": model_cfg.eos_id, "unk_id": tokenizer.unk_id,
         "vocab_size": model_cfg.vocab_size,
@@ -196,12 +196,13 @@ def write_export(directory: str, model_cfg: ModelConfig, params: PyTree,
 
 def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
                    checkpoint_dir: str | None = None, step: int | None = None,
-                   force: bool = False, **overrides: Any) -> str:
+                   force: bool = False, dtype: str | None = None, **overrides: Any) -> str:
     """Exports a workdir's checkpoint (latest, or ``step``; from ``checkpoint_dir``
     instead of <workdir>/checkpoints if given) into the directory ``out``.
 
-    ``overrides``: :class:`ExportSettings` fields (None keeps the run's default:
-    :func:`default_settings`). The directory appears whole or not at all (written under a
+    ``dtype``: decode.dtype (None: the run's); "int8" quantizes inside each program, once
+    per call, from the float32 params. ``overrides``: :class:`ExportSettings` fields (None
+    keeps the run's default: :func:`default_settings`). The directory appears whole or not at all (written under a
     temporary name beside ``out``, then renamed); an existing ``out`` is an error unless
     ``force`` (then it is replaced). Returns ``out``.
     """
@@ -210,6 +211,9 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
         if not os.path.isdir(workdir):
             raise FileNotFoundError(f"workdir not found: {workdir}")
         config = files.load_config(workdir)
+        if dtype is not None:
+            config = dataclasses.replace(config, decode=dataclasses.replace(config.decode,
+                                                                            dtype=dtype))
         settings = default_settings(config.model, config.decode, **overrides)  # before reading
         model = read_workdir(workdir, checkpoint_dir, step)
         # decode.dtype's compute dtype (jformer.inference.precision); params.npz stays

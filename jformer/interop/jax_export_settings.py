@@ -42,6 +42,7 @@ class ExportSettings:
     prefix_bias: bool = False  # the prefixes bias (prefix_beta) instead of being forced
     constraint_count: int = 0  # lexical constraints: phrases per row (0: no argument)
     constraint_len: int = 0  # and tokens per phrase
+    int8: bool = False  # int8 decode steps (decode.dtype "int8"; jformer.model.int8)
 
     def check(self, model_cfg: ModelConfig) -> None:
         """Raises ValueError naming the command-line option of a value that cannot hold."""
@@ -144,7 +145,7 @@ def default_settings(model_cfg: ModelConfig, decode_cfg: DecodeConfig,
     alpha, eos_candidates), with the ``overrides`` that are not None; checked."""
     base = dict(buckets=source_buckets(decode_cfg, model_cfg.max_len),
                 beam_size=decode_cfg.beam_size, alpha=decode_cfg.alpha,
-                eos_candidates=decode_cfg.eos_candidates)
+                eos_candidates=decode_cfg.eos_candidates, int8=decode_cfg.dtype == "int8")
     base.update({k: v for k, v in overrides.items() if v is not None})
     base["buckets"], base["platforms"] = tuple(base["buckets"]), tuple(base.get(
         "platforms", ("cpu",)))

@@ -34,6 +34,8 @@ from jformer.kernels import decode_cache, native_attention, rows_matmul
 from jformer.kernels.bias import add_bias
 from jformer.kernels.dropout import keep_mask
 from jformer.kernels.matmul import dense, einsum
+from jformer.kernels import int8_matmul
+from jformer.model.int8 import Int8Projections
 from jformer.kernels.scope import cpu_kernel
 from jformer.model import masks
 from jformer.model import relative as relpos
@@ -350,3 +352,30 @@ class NativeBeamAttention(CpuAttention):
     CPU without packed weights (no AVX-512), or of more rows than they serve."""
 
     slot_attention = PackedAttention.slot_attention
+
+
+class Int8CpuAttention(Int8Projections, CpuAttention):
+    """:class:`CpuAttention` of an int8 decode step over XLA's int8 dot
+    (:mod:`jformer.model.int8`)."""
+
+
+class Int8NativeBeamAttention(Int8Projections, NativeBeamAttention):
+    """:class:`NativeBeamAttention` of an int8 decode step over XLA's int8 dot."""
+
+
+class KernelInt8CpuAttention(Int8CpuAttention):
+    """:class:`Int8CpuAttention` over the int8 kernel (:mod:`jformer.kernels.int8_matmul`)."""
+
+    product = staticmethod(int8_matmul.matmul)
+
+
+class KernelInt8NativeBeamAttention(Int8NativeBeamAttention):
+    """:class:`Int8NativeBeamAttention` over the int8 kernel."""
+
+    product = staticmethod(int8_matmul.matmul)
+
+
+# Int8Layout.attention of the CPU set: each float step's attention, its int8 form over
+# XLA's dot, and over the kernel
+INT8_ATTENTION = ((CpuAttention, Int8CpuAttention, KernelInt8CpuAttention),
+                  (NativeBeamAttention, Int8NativeBeamAttention, KernelInt8NativeBeamAttention))

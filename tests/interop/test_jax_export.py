@@ -308,3 +308,26 @@ def test_steered_programs_give_the_translators_hypotheses(case, sentences, trans
     got = run_programs(directory, sources_of(translator, sentences), 0.6,
                        steer=lambda rows, b: steer(prefixes, phrases, rows, b))
     assert_same_hypotheses(got, want, cfg.pad_id, cfg.eos_id)
+
+
+@pytest.mark.slow  # CI's slow run keeps it
+def test_int8_programs_give_the_int8_translators_hypotheses(sentences, tmp_path):
+    """``--dtype int8``: the programs quantize the float32 params inside (XLA's int8 dot,
+    portable) and give the hypotheses of a Translator with decode.dtype="int8" (the CPU
+    kernel there, equal to XLA's int8 dot up to float32 rounding)."""
+    directory = jax_export.export_workdir(LEGACY, tmp_path / "int8", buckets=BUCKETS,
+                                          batch_rows=ROWS, method="greedy", dtype="int8")
+    with open(os.path.join(directory, jax_export.MANIFEST)) as f:
+        info = json.load(f)
+    assert info["int8"] is True
+    params = np.load(os.path.join(directory, jax_export.PARAMS))
+    assert {params[k].dtype.name for k in params.files} == {"float32"}  # quantized inside
+    text = jax_export.load_programs(directory)[BUCKETS[0]].mlir_module()
+    assert re.search(r"dot_general.*xi8>.*xi8>.*-> tensor<[^>]*xi32>", text)
+    translator = Translator.from_checkpoint(LEGACY, decode_cfg=dataclasses.replace(
+        files.load_config(LEGACY).decode, batch_size=ROWS, length_buckets=BUCKETS,
+        dtype="int8"))
+    want = translator.translate(sentences, return_scores=True, method="greedy")
+    cfg = translator.model_cfg
+    assert_same_hypotheses(run_programs(directory, sources_of(translator, sentences), 0.0),
+                           want, cfg.pad_id, cfg.eos_id)
