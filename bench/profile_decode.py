@@ -1,7 +1,7 @@
 """Where a decode step's time goes: XLA:CPU's own per-op times, grouped, per generated step.
 
     python bench/profile_decode.py [--config small] [--batch 1] [--beam 4] [--len 32]
-        [--dtype float32|bfloat16] [--calls 10] [--top 12]
+        [--dtype float32|bfloat16|int8] [--calls 10] [--top 12]
 
 Compiles ``decode_batch`` at bench_decode.py's shapes (random parameters, source length
 32, exactly ``--len`` generated tokens: EOS forbidden until the end), times it untraced
@@ -42,7 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_decode import ALPHA, CONFIGS, SRC_LEN  # noqa: E402
 from jformer.inference.batch_decode import SearchSpec, decode_batch  # noqa: E402
-from jformer.ops import transformer  # noqa: E402
+from jformer.model import Transformer  # noqa: E402
+from jformer.ops import resolve, transformer  # noqa: E402
 
 
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\w+)\[([\d,]*)\]\S* (\w[\w\-]*)\(")
@@ -75,6 +76,9 @@ def _dot_operands(lines: list[str]) -> str | None:
     return None
 
 
+_TARGET = re.compile(r'custom_call_target="(jformer_\w+)"')
+
+
 def classify(hlo_text: str) -> dict[str, Op]:
     """Instruction name -> :class:`Op` for every instruction of an optimised HLO module."""
     computations, current = {}, None
@@ -100,6 +104,10 @@ def classify(hlo_text: str) -> dict[str, Op]:
                 ops[name] = Op("matmul", f"{dtype}[{dims}]", _operands(line, m, dtypes))
             elif opcode == "fusion" and called and dot_operands.get(called.group(1)) is not None:
                 ops[name] = Op("matmul", f"{dtype}[{dims}]", dot_operands[called.group(1)])
+            elif opcode == "custom-call" and _TARGET.search(line):
+                # jformer's FFI kernels, by target and output shape
+                target = _TARGET.search(line).group(1)
+                ops[name] = Op(f"{target} {dtype}[{dims}]", f"{dtype}[{dims}]")
             else:
                 ops[name] = Op(stem, f"{dtype}[{dims}]")
     return ops
@@ -191,11 +199,14 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--len", type=int, default=32, help="generated tokens (= steps)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "int8"),
+                   help="int8: float32 activations, the steps' products int8 "
+                        "(decode.dtype=int8), over the CPU kernel where it runs")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--top", type=int, default=12, help="other op kinds listed")
     args = p.parse_args(argv)
-    cfg = dataclasses.replace(CONFIGS[args.config], dtype=args.dtype)
+    int8 = args.dtype == "int8"
+    cfg = dataclasses.replace(CONFIGS[args.config], dtype="float32" if int8 else args.dtype)
     dummy = jnp.ones((1, SRC_LEN), jnp.int32)
     params = jax.jit(transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"]
     inputs = np.random.default_rng(0).integers(4, cfg.vocab_size, (args.batch, SRC_LEN))
@@ -203,10 +214,11 @@ def main(argv=None) -> None:
     inputs[:, -1] = cfg.eos_id
     spec = SearchSpec("beam" if args.beam > 1 else "greedy", args.beam, max_len=args.len,
                       min_len=args.len)
-    model = transformer(cfg)
+    model = Transformer(cfg, resolve(cfg, int8=int8))
     # XLA's own products, without the packed weights of jformer.kernels.rows_matmul (a
-    # custom call, which this profile cannot split into weight and attention products)
-    prepared = model.ops.cache.prepare(model, params, portable=True)
+    # custom call, which this profile cannot split into weight and attention products);
+    # int8 steps over the int8 kernel (a custom call: listed as such, with its count)
+    prepared = model.ops.cache.prepare(model, params, portable=not int8)
     call_args = (params, prepared, inputs, np.ones(args.batch, bool),
                  jax.random.key(0), np.float32(ALPHA if args.beam > 1 else 0.0))
     compiled = decode_batch.lower(*call_args, model_cfg=cfg, ops=model.ops, spec=spec).compile()

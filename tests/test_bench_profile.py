@@ -32,7 +32,8 @@ ENTRY %main (x: f32[1,256], w: f32[256,768], k: f32[4,64,32]) -> f32[1,768] {
   %k = f32[4,64,32]{2,1,0} parameter(2)
   %dot.7 = f32[4,1,32]{2,1,0} dot(%x, %k), lhs_batch_dims={0}
   %ynn_fusion.2 = f32[1,768]{1,0} fusion(%x, %w), kind=kCustom, calls=%fused_computation
-  ROOT %exp_fusion.4 = f32[1,768]{1,0} fusion(%ynn_fusion.2), kind=kLoop, calls=%fused_computation.1
+  %exp_fusion.4 = f32[1,768]{1,0} fusion(%ynn_fusion.2), kind=kLoop, calls=%fused_computation.1
+  ROOT %custom-call.5 = f32[1,768]{1,0} custom-call(%exp_fusion.4, %w), custom_call_target="jformer_int8_matmul", api_version=API_VERSION_TYPED_FFI
 }
 """
 
@@ -43,6 +44,8 @@ def test_classify_finds_products_inside_fusions_and_names_the_rest_by_stem():
     assert ops["dot.7"] == profile.Op("matmul", "f32[4,1,32]", "f32,f32")
     assert ops["exp_fusion.4"] == profile.Op("exp_fusion", "f32[1,768]")
     assert ops["x"] == profile.Op("x", "f32[1,256]")  # a parameter: never in a trace
+    # jformer's FFI kernels by target and shape (int8 steps, the C++ beam attention)
+    assert ops["custom-call.5"] == profile.Op("jformer_int8_matmul f32[1,768]", "f32[1,768]")
 
 
 def test_summarise_splits_step_ops_from_per_call_ops():

@@ -140,8 +140,12 @@ ffi::Error Int8MatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_MK,
       tiles != (N + kCols - 1) / kCols)
     return ffi::Error::InvalidArgument("int8_matmul: x, packed w, scale and y shapes disagree");
   if (M == 0 || N == 0) return ffi::Error::Success();
-  std::vector<int32_t> xq(M * P);
-  std::vector<float> r(M);
+  // the quantized rows and their scales, in a buffer each calling thread keeps and grows
+  // (a fresh one of over 128 KB is mapped, faulted in and zeroed at every call)
+  thread_local std::vector<int32_t> xq;
+  thread_local std::vector<float> r;
+  if (xq.size() < static_cast<size_t>(M * P)) xq.resize(M * P);
+  if (r.size() < static_cast<size_t>(M)) r.resize(M);
   const float* x = x_MK.typed_data();
   int32_t* q = xq.data();
   float* rp = r.data();
