@@ -70,8 +70,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--chunk-size", type=int, default=8)
     p.add_argument("--ops", default="auto", choices=("auto", "plain", "cpu"),
                    help="model.ops of the decoded model")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="compute dtype (the references are float32)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "int8"),
+                   help="compute dtype (the references are float32); int8: float32 "
+                        "activations and int8 step products (decode.dtype=int8)")
     p.add_argument("--devices", type=int, default=1,
                    help="CPU devices to split the cores into; batches they divide are "
                         "decoded data-parallel over them")
@@ -150,7 +151,8 @@ def prepare(name: str, params, batch: int, beam: int, gen_len: int, chunk_size: 
             dtype: str = "float32", devices: int = 1, rows_kernel: bool = True):
     """The compiled cached search of one setting, ready to time: (compiled, args, spec,
     row), ``row`` being the setting's table row with its compile_s and no speed yet."""
-    cfg = dataclasses.replace(CONFIGS[name], dtype=dtype)
+    int8 = dtype == "int8"
+    cfg = dataclasses.replace(CONFIGS[name], dtype="float32" if int8 else dtype)
     rng = np.random.default_rng(batch * 7 + beam)
     inputs_BS = rng.integers(4, cfg.vocab_size, (batch, SRC_LEN)).astype(np.int32)
     inputs_BS[:, -1] = cfg.eos_id
@@ -158,7 +160,7 @@ def prepare(name: str, params, batch: int, beam: int, gen_len: int, chunk_size: 
                       min_len=gen_len, chunk_size=chunk_size)
     # Prepared once per model, like Translator does (not part of a decode call).
     # (rows_kernel off: as a portable program, without the packed weights)
-    model = transformer(cfg)
+    model = Transformer(cfg, resolve(cfg, int8=int8))
     prepared = jax.block_until_ready(
         model.ops.cache.prepare(model, params, portable=not rows_kernel))
     args = (params, prepared, inputs_BS, np.ones(batch, bool), jax.random.key(0),
@@ -219,6 +221,8 @@ def step_weight_bytes(cfg: ModelConfig, params) -> int:
 
 def _want_recompute(args: argparse.Namespace, name: str, batch: int, beam: int,
                     gen_len: int) -> bool:
+    if args.dtype == "int8":  # the baseline decodes in float32: no equal tokens to check
+        return False
     if args.recompute != "auto":
         return args.recompute == "all"
     if args.quick or gen_len > GEN_LEN:

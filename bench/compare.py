@@ -1,6 +1,6 @@
 """jformer and its peers measured side by side, interleaved in one run: one table of ratios.
 
-    python bench/compare.py [--train-configs small,base] [--dtypes float32,bfloat16]
+    python bench/compare.py [--train-configs small,base] [--dtypes float32,bfloat16,int8]
         [--decode-shapes 32x1,32x4,1x1,1x4] [--peers flax,marian,ct2] [--rounds 3]
         [--peer-python PY] [--ct2-threads 1,2] [--ct2-mkl 0,1] [--jformer-devices 1,2]
         [--out compare.json] [--quick]
@@ -9,7 +9,8 @@ What runs, each measurement in its own process:
 
 - jformer: bench/bench_train.py (one config; several dtypes in one run, interleaved step
   by step, so their ratio compares the same minutes) and bench/bench_decode.py (the
-  small config, one batch x beam shape, one dtype), decoding once per device setting
+  small config, one batch x beam shape, one dtype; int8 decodes only), decoding once per
+  device setting
   (``--devices n`` for each n of --jformer-devices that divides a batch over 1: the batch
   decoded data-parallel over n CPU devices, as ``jformer translate --devices n`` does);
   the best setting counts, as CTranslate2's does;
@@ -94,7 +95,8 @@ class Job:
 def _parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train-configs", default="small,base", help="'' for no training")
-    p.add_argument("--dtypes", default="float32,bfloat16", help="jformer's compute dtypes")
+    p.add_argument("--dtypes", default="float32,bfloat16",
+                   help="jformer's compute dtypes (int8: decoding only, decode.dtype=int8)")
     p.add_argument("--decode-shapes", default="32x1,32x4,1x1,1x4",
                    help="batch x beam of the small config ('' for no decoding)")
     p.add_argument("--peers", default=",".join(PEERS), help="of flax, marian, ct2")
@@ -223,7 +225,8 @@ def ct2_detail(inter: int, intra: int, mkl: str) -> str:
 
 # ------------------------------------------------------------------------ the jobs
 def train_jobs(args, config: str, peers: list[str], tmp: str) -> tuple[list, list]:
-    dtypes = _list(args.dtypes)  # all in one bench_train.py run, interleaved step by step
+    # all in one bench_train.py run, interleaved step by step; int8 is a decoding form only
+    dtypes = [d for d in _list(args.dtypes) if d != "int8"]
     ours = [Job(f"train {config}", "jformer " + ",".join(dtypes), [
         sys.executable, os.path.join(REPO, "bench", "bench_train.py"), "--configs", config,
         "--dtypes", ",".join(dtypes), "--steps", str(args.train_steps), "--base-steps",
@@ -403,8 +406,9 @@ def ratio_rows(engines: list[str]) -> list[tuple[str, str]]:
     """(numerator, denominator) rows: each jformer dtype over each peer; bf16 / f32."""
     ours = [e for e in engines if e.startswith("jformer")]
     pairs = [(o, p) for o in ours for p in engines if not p.startswith("jformer")]
-    if {"jformer float32", "jformer bfloat16"} <= set(ours):
-        pairs.append(("jformer bfloat16", "jformer float32"))
+    for other in ("bfloat16", "int8"):
+        if {"jformer float32", f"jformer {other}"} <= set(ours):
+            pairs.append((f"jformer {other}", "jformer float32"))
     return pairs
 
 

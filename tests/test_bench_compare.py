@@ -190,3 +190,17 @@ def test_jformer_trains_its_dtypes_in_one_interleaved_run_one_record_per_dtype(t
     (single,), _ = compare.train_jobs(compare._parse(["--dtypes", "bfloat16"]), "base", [],
                                       str(tmp_path))
     assert single.engines == ("jformer bfloat16",)
+
+
+def test_int8_decodes_only_and_is_set_beside_float32_and_ctranslate2_int8(tmp_path):
+    args = compare._parse(["--dtypes", "float32,int8", "--rounds", "1", "--ct2-threads", "1",
+                           "--jformer-devices", "1"])
+    (train,), _ = compare.train_jobs(args, "small", [], str(tmp_path))
+    assert train.engines == ("jformer float32",)  # int8 is no training dtype
+    ours, _ = compare.decode_jobs(args, 32, 4, [], str(tmp_path), "")
+    assert [j.engines for j in ours] == [("jformer float32",), ("jformer int8",)]
+    assert ours[1].argv[ours[1].argv.index("--dtype") + 1] == "int8"
+    assert ("jformer int8", "CTranslate2 int8") in compare.ratio_rows(
+        ["jformer float32", "jformer int8", "CTranslate2 int8"])
+    assert ("jformer int8", "jformer float32") in compare.ratio_rows(
+        ["jformer float32", "jformer int8", "CTranslate2 int8"])
