@@ -79,6 +79,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--rows-kernel", default="on", choices=("on", "off"),
                    help="on: few-row float32 steps of \"cpu\" kernels read packed weights "
                         "(jformer.kernels.rows_matmul), as Translator does; off: XLA's dot")
+    p.add_argument("--shortlist", type=int, default=0, metavar="C",
+                   help="decode over a vocabulary shortlist of C ids (decode.shortlist; "
+                        "0: the full vocabulary)")
     p.add_argument("--recompute", default="auto", choices=("auto", "all", "none"),
                    help="auto: time the recompute baseline only where it takes seconds "
                         "(and the 64-token ratio at batch 1)")
@@ -148,7 +151,8 @@ def _compile(jitted, args, **static):
 
 
 def prepare(name: str, params, batch: int, beam: int, gen_len: int, chunk_size: int,
-            dtype: str = "float32", devices: int = 1, rows_kernel: bool = True):
+            dtype: str = "float32", devices: int = 1, rows_kernel: bool = True,
+            shortlist: int = 0):
     """The compiled cached search of one setting, ready to time: (compiled, args, spec,
     row), ``row`` being the setting's table row with its compile_s and no speed yet."""
     int8 = dtype == "int8"
@@ -165,6 +169,8 @@ def prepare(name: str, params, batch: int, beam: int, gen_len: int, chunk_size: 
         model.ops.cache.prepare(model, params, portable=not rows_kernel))
     args = (params, prepared, inputs_BS, np.ones(batch, bool), jax.random.key(0),
             np.float32(ALPHA if beam > 1 else 0.0), np.float32(1.0))
+    if shortlist:  # the output layer over the first `shortlist` ids (EOS among them)
+        args += (None, np.float32(0.0), None, None, np.arange(shortlist, dtype=np.int32))
     static = dict(model_cfg=cfg, ops=model.ops, spec=spec)
     split = devices > 1 and batch % devices == 0
     if split:
@@ -183,10 +189,10 @@ def prepare(name: str, params, batch: int, beam: int, gen_len: int, chunk_size: 
 
 def measure(name: str, params, batch: int, beam: int, gen_len: int, repeats: int,
             recompute: bool, chunk_size: int, dtype: str = "float32", devices: int = 1,
-            rows_kernel: bool = True) -> dict:
+            rows_kernel: bool = True, shortlist: int = 0) -> dict:
     """Tokens/s of the cached search (and of the recompute baseline if asked)."""
     compiled, args, spec, row = prepare(name, params, batch, beam, gen_len, chunk_size, dtype,
-                                        devices, rows_kernel)
+                                        devices, rows_kernel, shortlist)
     row["cached"] = batch * gen_len / _time(compiled, args, repeats)
     if recompute:
         cfg = dataclasses.replace(CONFIGS[name], dtype=dtype)
@@ -221,7 +227,7 @@ def step_weight_bytes(cfg: ModelConfig, params) -> int:
 
 def _want_recompute(args: argparse.Namespace, name: str, batch: int, beam: int,
                     gen_len: int) -> bool:
-    if args.dtype == "int8":  # the baseline decodes in float32: no equal tokens to check
+    if args.dtype == "int8" or args.shortlist:  # the baseline is float32, full vocabulary
         return False
     if args.recompute != "auto":
         return args.recompute == "all"
@@ -292,7 +298,8 @@ def main(args: argparse.Namespace) -> None:
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs; "
           f"{args.dtype}, random params, source length {SRC_LEN}, {GEN_LEN} generated tokens "
           f"per sentence, median of {repeats} calls, model.ops {args.ops}, "
-          f"rows kernel {args.rows_kernel} (packed weights: {'yes' if packs else 'no'})")
+          f"rows kernel {args.rows_kernel} (packed weights: {'yes' if packs else 'no'}), "
+          f"shortlist {args.shortlist or 'none'}")
     rows, ratio_rows = [], []
     for name in configs:
         cfg = CONFIGS[name]
@@ -303,7 +310,7 @@ def main(args: argparse.Namespace) -> None:
                 row = measure(name, params, batch, beam, GEN_LEN, repeats,
                               _want_recompute(args, name, batch, beam, GEN_LEN),
                               args.chunk_size, args.dtype, args.devices,
-                              args.rows_kernel == "on")
+                              args.rows_kernel == "on", args.shortlist)
                 rows.append(row)
                 print(f"  {name} batch {batch} beam {beam}: {row['cached']:,.0f} tok/s "
                       f"cached, {_fmt(row['recompute'])} recompute", flush=True)

@@ -3,7 +3,8 @@ CTranslate2 export: seconds, sentences/s and BLEU of each way.
 
     python bench/bench_translate_file.py --workdir runs/m30 --checkpoint runs/m30/avg5 \\
         [--src test2016.en --ref test2016.de] [--beam 4] [--parts cli,api,ct2]
-        [--batch-sizes 16,32,64] [--dtypes model,float32] [--ct2-threads 1,2]
+        [--batch-sizes 16,32,64] [--dtypes model,float32] [--shortlists FILE,...]
+        [--ct2-threads 1,2]
         [--ct2-mkl 0,1] [--ct2-batch 32] [--json out.json]
 
 Without --src/--ref the run's own test split (its config's data section) is read.
@@ -16,7 +17,8 @@ Without --src/--ref the run's own test split (its config's data section) is read
   jformer's beam search and CTranslate2's give the same output.
 - ``api``: ``Translator.translate`` in this process, for each ``--dtypes`` entry
   (``decode.dtype``) and ``--batch-sizes`` entry: a first call, which compiles, then a
-  second, timed call on the compiled programs. Loading is not counted.
+  second, timed call on the compiled programs. Loading is not counted. With
+  ``--shortlists``, each again with each shortlist file (decode.shortlist).
 - ``ct2``: ``jformer export ctranslate2`` of the same checkpoint (float32; int8 too with
   ``--ct2-int8``). Then, in a fresh process each, CTranslate2 reads the file, tokenizes
   it with the exported sentencepiece model, translates it with ``translate_batch`` under
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import platform
@@ -71,6 +74,8 @@ def parse(argv=None) -> argparse.Namespace:
                    "translate run, e.g. \"--dtype auto\"")
     p.add_argument("--batch-sizes", default="16,32,64", help="api: sentences per batch")
     p.add_argument("--dtypes", default="model,float32", help="api: decode.dtype values")
+    p.add_argument("--shortlists", default="", help="api: also each of these shortlist "
+                   "files (jformer shortlist) for every dtype and batch size")
     p.add_argument("--ct2-threads", default="1,2")
     p.add_argument("--ct2-mkl", default="0,1", help="CT2_USE_MKL values (1 MKL, 0 oneDNN)")
     p.add_argument("--ct2-batch", type=int, default=32, help="CTranslate2 max_batch_size")
@@ -79,6 +84,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--json", default=None, help="write every result here")
     p.add_argument("--ct2-worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.shortlists = _list(args.shortlists)
     unknown = set(_list(args.parts)) - {"cli", "api", "ct2"}
     if unknown:
         p.error(f"--parts must name some of cli, api, ct2; got {sorted(unknown)}")
@@ -177,10 +183,12 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
 
     decode = files.load_config(args.workdir).decode
     rows = []
-    for dtype in _list(args.dtypes):
+    for dtype, listed in itertools.product(_list(args.dtypes), ("", *args.shortlists)):
         translator = Translator.from_checkpoint(
-            args.workdir, args.checkpoint, decode_cfg=dataclasses.replace(decode, dtype=dtype),
+            args.workdir, args.checkpoint,
+            decode_cfg=dataclasses.replace(decode, dtype=dtype, shortlist=listed),
             compile_cache="off")
+        listing = f", shortlist {os.path.basename(listed)}" if listed else ""
         for batch in map(int, _list(args.batch_sizes)):
             kwargs = dict(beam_size=args.beam, batch_size=batch)
             start = time.perf_counter()
@@ -189,11 +197,11 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
             start = time.perf_counter()
             hyps = translator.translate(sources, **kwargs)
             seconds = time.perf_counter() - start
-            out = os.path.join(tmp, f"api-{dtype}-{batch}.txt")
+            out = os.path.join(tmp, f"api-{dtype}-{batch}{'-listed' if listed else ''}.txt")
             with open(out, "w", encoding="utf-8") as f:
                 f.write("".join(h + "\n" for h in hyps))
             rows.append(_show({"part": "api", "how": f"Translator.translate, decode.dtype="
-                               f"{dtype}, batch {batch}, compiled", "seconds": seconds,
+                               f"{dtype}, batch {batch}{listing}, compiled", "seconds": seconds,
                                "first_call_s": first, "sentences": len(hyps),
                                "bleu": bleu(hyps, refs), "output": out}))
     return rows

@@ -32,7 +32,7 @@ from typing import Sequence
 
 EXIT_ERROR = 1
 SUBCOMMANDS = ("translate", "evaluate", "score", "attention", "figures", "average", "curves",
-               "memory", "serve", "export", "import_marian", "predict")
+               "memory", "serve", "export", "import_marian", "predict", "shortlist")
 
 
 def _modules():

@@ -62,6 +62,10 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
                         "on an accelerator), model (the run's model.dtype), float32, or "
                         "bfloat16 (bf16 weight matrices, activations and KV cache); "
                         "default: the run's decode.dtype")
+    p.add_argument("--shortlist", default=None, metavar="FILE",
+                   help="a vocabulary shortlist (jformer shortlist): each batch's output "
+                        "layer restricted to the target pieces its sources make likely "
+                        "(default: the run's decode.shortlist; '' for none)")
     p.add_argument("--devices", type=int, default=None,
                    help="decode on this many local devices, each taking whole batches "
                         "in turn (on a CPU: its cores split into that many devices, one "
@@ -144,7 +148,7 @@ def load_translator(args: argparse.Namespace):
 
 def decode_overrides(args: argparse.Namespace):
     """The run's decode config with --overlong / --eos-candidates / --memory-limit /
-    --dtype / --shrink-floor applied (None if none was given: the run's own)."""
+    --dtype / --shrink-floor / --shortlist applied (None if none was given: the run's own)."""
     import dataclasses
 
     from jformer.workdir import files
@@ -152,7 +156,7 @@ def decode_overrides(args: argparse.Namespace):
     changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates",
                                                       "memory_limit", "dtype",
                                                       "alignment_layer", "alignment_head",
-                                                      "shrink_floor")
+                                                      "shrink_floor", "shortlist")
                if getattr(args, name, None) is not None}
     if not changes:
         return None

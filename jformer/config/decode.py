@@ -55,10 +55,15 @@ class DecodeConfig:
     # guided head's index)
     alignment_layer: int | None = None
     alignment_head: int | None = None
+    # A vocabulary shortlist file (jformer shortlist; jformer.inference.shortlist): each
+    # batch's output layer restricted to its sources' likely target pieces ("": none)
+    shortlist: str = ""
 
     def __post_init__(self) -> None:
         s = "decode"
         check_choice(s, "dtype", self.dtype, DECODE_DTYPES)
+        check(isinstance(self.shortlist, str), f"{s}.shortlist", "a file path, or \"\" for "
+              "none", self.shortlist)
         check_positive(s, "beam_size", self.beam_size)
         check_positive(s, "batch_size", self.batch_size)
         check_number(s, "alpha", self.alpha, 0)

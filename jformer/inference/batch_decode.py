@@ -21,6 +21,7 @@ from jformer import search
 from jformer.config import ModelConfig
 from jformer.mesh import AXIS
 from jformer.model import DecodeCache, Ops, Transformer
+from jformer.model.embeddings import SHORTLIST, ShortlistOutput
 from jformer.types import NEG_INF, Array, PyTree
 
 _TRACES: collections.Counter = collections.Counter()  # (inputs shape, spec) -> traces
@@ -86,8 +87,8 @@ def banned_outputs(cfg: ModelConfig) -> Array:
 
 
 def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
-                 valid_B: Array | None = None,
-                 prepared: PyTree | None = None) -> tuple[search.SourceStep, PyTree]:
+                 valid_B: Array | None = None, prepared: PyTree | None = None,
+                 shortlist: PyTree | None = None) -> tuple[search.SourceStep, PyTree]:
     """The cached decoder step as a :mod:`jformer.search.loop` step function.
 
     Returns (step_fn, state). ``state`` is the cache's per-hypothesis part
@@ -104,9 +105,19 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
     ``prepared``: :func:`prepare` of the params (None: nothing prepared); each step runs
     the model with the set ``model.ops.for_step(prepared, rows)``, rows those of all B
     sources (a search over fewer of them keeps the whole batch's set, and its outputs).
+    ``shortlist``: the collection ``SHORTLIST`` of :func:`shortlist_variables`; the steps
+    then compute the logits of its ids only (:class:`ShortlistOutput`).
     """
     cfg = model.cfg
     prepared = {} if prepared is None else prepared
+    if shortlist is None:
+        def step_set(ops: Ops) -> Ops:
+            return ops
+    else:
+        prepared = {**prepared, SHORTLIST: shortlist}
+
+        def step_set(ops: Ops) -> Ops:
+            return dataclasses.replace(ops, step_output=ShortlistOutput.of)
     vocab_V = jnp.arange(cfg.vocab_size)
     banned_V = banned_outputs(cfg)
     forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
@@ -126,7 +137,7 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
                     f"the cache holds {full.rows} rows for {sources_here} "
                     f"sources; the search stepped {rows}: init_decode_state's "
                     "beam_size must be the search's beam_size")
-            step_ops = model.ops.for_step(prepared, rows * batch // sources_here)
+            step_ops = step_set(model.ops.for_step(prepared, rows * batch // sources_here))
             logits_NV, new = Transformer(cfg, step_ops).apply(
                 {"params": params, **prepared}, tokens_N, step, full,
                 method=Transformer.decode_step)
@@ -140,6 +151,15 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
         return step_fn
 
     return search.SourceStep(step_of, (shell, valid_B)), cache.search_state()
+
+
+def shortlist_variables(model: Transformer, params: PyTree, ids_C: Array) -> PyTree:
+    """The collection ``SHORTLIST`` of a search over the ids ``ids_C`` int32 [C]: they,
+    and the output projection's columns for them [D, C] in the compute dtype, under the
+    decoder's step output."""
+    weights_VD, _ = model.apply({"params": params}, method=Transformer.output_layer)
+    return {"decoder": {"step_output": {"ids_C": ids_C,
+                                        "output_DC": jnp.take(weights_VD, ids_C, axis=0).T}}}
 
 
 def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
@@ -162,8 +182,8 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
                    rng: Array, alpha: jax.typing.ArrayLike = 0.0,
                    temperature: jax.typing.ArrayLike = 1.0, prefix_BP: Array | None = None,
                    prefix_beta: jax.typing.ArrayLike = 0.0, constraints_BCL: Array | None = None,
-                   phrase_ends_V: Array | None = None, *, model_cfg: ModelConfig, ops: Ops,
-                   spec: SearchSpec) -> search.DecodeResult:
+                   phrase_ends_V: Array | None = None, shortlist_C: Array | None = None, *,
+                   model_cfg: ModelConfig, ops: Ops, spec: SearchSpec) -> search.DecodeResult:
     """Encode + init cache + search for one batch, as one compiled program.
 
     Args:
@@ -183,6 +203,8 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
         when spec.constraint_count > 0 (beam search).
       phrase_ends_V: bool [vocab], the tokens that may follow a constraint (a phrase is
         then a whole word; :func:`search.constrained_beam_search`); None: any.
+      shortlist_C: int32 [C], the only ids the steps give logits
+        (:mod:`jformer.inference.shortlist`; repeats allowed); None: every id.
       model_cfg, ops: the model and the set of pieces it runs with (static).
     Returns:
       DecodeResult with tokens int32 [batch, beam, spec.max_len] and scores, lengths,
@@ -193,7 +215,9 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
     beam = spec.method == "beam"
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
                             ops.cache.beam_rows(spec.beam_size) if beam else None)
-    step_fn, state = make_step_fn(model, params, cache, valid_B, prepared)
+    shortlist = None if shortlist_C is None else shortlist_variables(model, params,
+                                                                      shortlist_C)
+    step_fn, state = make_step_fn(model, params, cache, valid_B, prepared, shortlist)
     # The searches' first input: BOS, or PAD under model.decoder_start="pad" (Marian).
     ids = dict(bos_id=model_cfg.start_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)
     common = dict(batch_size=inputs_BS.shape[0], max_len=spec.max_len,
@@ -235,7 +259,8 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
                           prefix_BP: Array | None = None,
                           prefix_beta: jax.typing.ArrayLike = 0.0,
                           constraints_BCL: Array | None = None,
-                          phrase_ends_V: Array | None = None, *, model_cfg: ModelConfig,
+                          phrase_ends_V: Array | None = None,
+                          shortlist_C: Array | None = None, *, model_cfg: ModelConfig,
                           ops: Ops, spec: SearchSpec,
                           mesh: jax.sharding.Mesh) -> search.DecodeResult:
     """:func:`decode_batch` data-parallel over the devices of a one-axis ``('data',)`` mesh.
@@ -246,9 +271,9 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
     products may differ; each row samples with its own key of ``rng``, so sampling
     gives what one device gives, too). ``num_steps`` is the largest over the devices.
     """
-    def local(p, w, x, v, r, a, t, f, b, c, e):
-        out = decode_program(p, w, x, v, r, a, t, f, b, c, e, model_cfg=model_cfg, ops=ops,
-                             spec=spec)
+    def local(p, w, x, v, r, a, t, f, b, c, e, *shortlist):
+        out = decode_program(p, w, x, v, r, a, t, f, b, c, e, *shortlist, model_cfg=model_cfg,
+                             ops=ops, spec=spec)
         return out._replace(num_steps=out.num_steps[None])  # [1] per device -> [devices]
 
     rows = P(AXIS)
@@ -260,29 +285,32 @@ def decode_batch_parallel(params: PyTree, prepared: PyTree, inputs_BS: Array,
                                     spec.constraint_len), -1, jnp.int32)
     if phrase_ends_V is None:  # any token may follow a phrase
         phrase_ends_V = jnp.ones((model_cfg.vocab_size,), bool)
+    shortlist = () if shortlist_C is None else (shortlist_C,)  # every device: the batch's
     out = jax.shard_map(local, mesh=mesh,
-                        in_specs=(P(), P(), rows, rows, rows, P(), P(), rows, P(), rows, P()),
+                        in_specs=(P(), P(), rows, rows, rows, P(), P(), rows, P(), rows, P(),
+                                  *(P() for _ in shortlist)),
                         out_specs=search.DecodeResult(rows, rows, rows, rows, rows),
                         check_vma=False)(params, prepared, inputs_BS, valid_B, keys_B,
                                          jnp.float32(alpha), jnp.float32(temperature),
                                          prefix_BP, jnp.float32(prefix_beta),
-                                         constraints_BCL, phrase_ends_V)
+                                         constraints_BCL, phrase_ends_V, *shortlist)
     return out._replace(num_steps=out.num_steps.max())
 
 
 def batch_inputs(cfg: ModelConfig, rows: list[np.ndarray], bucket: int, batch_size: int,
                  rng: Array, alpha: float, temperature: float, beta: float,
                  prefix_BP: np.ndarray | None, cons_BCL: np.ndarray | None,
-                 phrase_ends_V: np.ndarray | None) -> tuple:
+                 phrase_ends_V: np.ndarray | None,
+                 shortlist_C: np.ndarray | None = None) -> tuple:
     """:func:`decode_batch`'s arguments after the params and prepared weights, for one
     batch: the source ids ``rows`` padded to [batch_size, bucket] (the rows past them:
     empty sources), which rows are real, the keys, then the knobs as traced float32
     scalars (another alpha or temperature reuses the compiled search), the target
-    prefixes, and the constraints with the pieces that may end a phrase."""
+    prefixes, the constraints with the pieces that may end a phrase, and the shortlist."""
     inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
     inputs_BS[len(rows):, 0] = cfg.eos_id  # dummy rows: an empty source
     for r, ids in enumerate(rows):
         inputs_BS[r, :len(ids)] = ids
     valid_B = np.arange(batch_size) < len(rows)
     return (inputs_BS, valid_B, rng, np.float32(alpha), np.float32(temperature), prefix_BP,
-            np.float32(beta), cons_BCL, phrase_ends_V)
+            np.float32(beta), cons_BCL, phrase_ends_V, shortlist_C)

@@ -35,6 +35,7 @@ from jformer.inference.constraints import (batch_constraints, encode_constraints
                                            for_sources, phrase_ends)
 from jformer.inference.buckets import output_len, padded_rows, plan_batches, source_buckets
 from jformer.inference.keys import key_source
+from jformer.inference import shortlist as shortlists
 from jformer.inference.precision import for_decoding, int8
 from jformer.inference.restore import check_params, load_workdir
 from jformer.inference.settings import SearchSettings, check_positive_int
@@ -106,6 +107,8 @@ class Translator:
             queue=not self.decode_cfg.memory_limit_bytes)
         self.params, self.prepared = self.placement.params[0], self.placement.prepared[0]
         self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
+        self.shortlist = (shortlists.load(self.decode_cfg.shortlist, model_cfg.vocab_size)
+                          if self.decode_cfg.shortlist else None)
 
     @classmethod
     def from_checkpoint(cls, workdir: str | os.PathLike, checkpoint_dir: str | None = None,
@@ -324,7 +327,7 @@ class Translator:
                                             self.tokenizer)):
                 hyps[i] = h
 
-        batches = []  # (idx, bucket, rows, spec, keys, prefix_BP, cons_BCL) per batch
+        batches = []  # (idx, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C)
         for (bucket, idx, rows), keys in zip(plan, batch_keys):
             batch_prefix = [prefix_ids[i] for i in idx]
             prefixes.check_fits(batch_prefix, sources.owner[idx], specs[bucket].max_len)
@@ -334,32 +337,39 @@ class Translator:
             cons_BCL, spec = batch_constraints(
                 [phrases[i] for i in idx], sources.owner[idx], rows, spec, settings.beam_size,
                 settings.n_best, self.decode_cfg.eos_candidates)
-            batches.append((idx, bucket, rows, spec, keys, prefix_BP, cons_BCL))
+            short_C = shortlists.for_batch(
+                self.shortlist, [sources.ids[i] for i in idx],
+                [batch_prefix, [phrases[i] for i in idx]],
+                (self.model_cfg.eos_id, self.tokenizer.unk_id), self.model_cfg.eos_id)
+            batches.append((idx, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C))
 
-        def inputs(rows_in, bucket, rows, keys, prefix_BP, cons_BCL) -> tuple:
+        def inputs(rows_in, bucket, rows, keys, prefix_BP, cons_BCL, short_C) -> tuple:
             return batch_inputs(self.model_cfg, rows_in, bucket, rows, keys,
                                 settings.penalty_alpha, settings.temperature, beta or 0.0,
                                 prefix_BP, cons_BCL,
-                                None if cons_BCL is None else phrase_ends(self.tokenizer))
+                                None if cons_BCL is None else phrase_ends(self.tokenizer),
+                                short_C)
 
         # Every program a call of several batches needs starts loading now, on the
         # store's reader thread, while the first batches decode (one look per program
         # and device; a single batch would only wait for it, as a server's calls would).
         seen = set()
-        for index, (_, bucket, rows, spec, keys, prefix_BP, cons_BCL) in enumerate(
+        for index, (_, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C) in enumerate(
                 batches if len(batches) > 1 else ()):
             shapes = (bucket, rows, spec, np.shape(prefix_BP), np.shape(cons_BCL),
-                      index % len(self.placement.devices))
+                      np.shape(short_C), index % len(self.placement.devices))
             if shapes not in seen:
                 seen.add(shapes)
                 self.placement.prefetch(
-                    self.programs, index, inputs([], bucket, rows, keys, prefix_BP, cons_BCL),
+                    self.programs, index,
+                    inputs([], bucket, rows, keys, prefix_BP, cons_BCL, short_C),
                     model_cfg=self.model_cfg, ops=self.ops, spec=spec)
-        for index, (idx, bucket, rows, spec, keys, prefix_BP, cons_BCL) in enumerate(batches):
+        for index, (idx, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C) in enumerate(
+                batches):
             while len(running) >= self.placement.in_flight:
                 read_oldest()
             args = inputs([sources.ids[i] for i in idx], bucket, rows, keys, prefix_BP,
-                          cons_BCL)
+                          cons_BCL, short_C)
             running.append((idx, self.placement.launch(self.programs, index, args,
                                                        model_cfg=self.model_cfg, ops=self.ops,
                                                        spec=spec), spec))

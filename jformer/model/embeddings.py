@@ -13,7 +13,9 @@ from flax import linen as nn
 
 from typing import Callable
 
-from jformer.types import Array
+from jformer.types import NEG_INF, Array
+
+SHORTLIST = "shortlist"  # the variable collection of a shortlisted decode step
 
 
 def tied_logits(x_BLD: Array, embedding_VD: Array) -> Array:
@@ -103,3 +105,29 @@ class StepOutput(nn.Module):
         """Final states [N, 1, D] -> float32 logits [N, 1, V] (``project``: the decoder's;
         ``bias_V``: its output bias, which ``project`` adds)."""
         return project(y_N1D)
+
+
+class ShortlistOutput(nn.Module):
+    """A decode step's logits over a shortlist of the vocabulary (the piece
+    ``Ops.step_output`` of a shortlisted search; jformer.inference.shortlist): from the
+    collection ``SHORTLIST``, ``ids_C`` int32 [C] and ``output_DC`` [D, C], the output
+    projection's columns of those ids; their logits as the full projection computes them
+    (float32), every other id NEG_INF. A repeated id gets its one logit."""
+
+    vocab_size: int
+
+    @classmethod
+    def of(cls, cfg) -> "ShortlistOutput":
+        return cls(cfg.vocab_size)
+
+    @nn.compact
+    def __call__(self, y_N1D: Array, project: Callable[[Array], Array],
+                 bias_V: Array | None) -> Array:
+        ids_C = self.get_variable(SHORTLIST, "ids_C")
+        output_DC = self.get_variable(SHORTLIST, "output_DC")
+        logits_N1C = jnp.einsum("NLD,DC->NLC", y_N1D.astype(output_DC.dtype), output_DC,
+                                preferred_element_type=jnp.float32)
+        if bias_V is not None:
+            logits_N1C = logits_N1C + bias_V[ids_C].astype(jnp.float32)
+        full_N1V = jnp.full(logits_N1C.shape[:2] + (self.vocab_size,), NEG_INF, jnp.float32)
+        return full_N1V.at[:, :, ids_C].set(logits_N1C)
