@@ -1,6 +1,7 @@
 """The ``jformer`` command line (also ``python -m jformer``).
 
-    jformer translate --workdir runs/demo [--checkpoint DIR] [--beam 4] [--devices N] < in > out
+    jformer translate --workdir runs/demo [--checkpoint DIR] [--beam 4] [--devices N]
+        [--dtype int8] [--shortlist FILE] < in > out
     jformer evaluate --workdir runs/demo --src test.en --ref test.de [--hyp-out FILE]
     jformer score --workdir runs/demo --src test.en --tgt test.de [--jsonl]   (forced decoding)
     jformer attention --workdir runs/demo "A sentence." [--out DIR]
@@ -11,6 +12,8 @@
     jformer figures --out docs/figures [--workdir runs/demo]
     jformer export ctranslate2 --workdir runs/demo --out DIR [--quantization int8]
     jformer export jax --workdir runs/demo --out DIR [--buckets 16,32] [--platforms cpu,cuda]
+        [--dtype int8]
+    jformer shortlist --workdir runs/demo [--top 20] [--frequent 100] [--out FILE]
     jformer import marian opus-mt-en-de --workdir runs/en-de   (Hugging Face Marian, OPUS-MT)
     jformer predict --workdir runs/bert_demo_tag [--scores] < in > out   (a fine-tuned encoder)
 

@@ -14,9 +14,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", required=True, help="training run folder (config.json, spm.model)")
     p.add_argument("--out", default=None,
                    help="output file (default: <workdir>/shortlist.npz)")
-    p.add_argument("--top", type=int, default=50,
+    p.add_argument("--top", type=int, default=20,
                    help="target pieces kept per source piece, by p(target | source)")
-    p.add_argument("--frequent", type=int, default=200,
+    p.add_argument("--frequent", type=int, default=100,
                    help="the most frequent target pieces, which every batch keeps")
     p.add_argument("--score", choices=("p", "dice"), default="p",
                    help="how a source piece's targets are ranked: p(target | source), or "

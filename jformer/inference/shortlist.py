@@ -106,8 +106,8 @@ def load(path: str | os.PathLike, vocab_size: int | None = None) -> Shortlist:
 SCORES = ("dice", "p")  # learn()'s rankings
 
 
-def learn(pairs: Iterable[tuple[np.ndarray, np.ndarray]], vocab_size: int, top: int = 50,
-          frequent: int = 200, exclude: Sequence[int] = (), score: str = "p") -> Shortlist:
+def learn(pairs: Iterable[tuple[np.ndarray, np.ndarray]], vocab_size: int, top: int = 20,
+          frequent: int = 100, exclude: Sequence[int] = (), score: str = "p") -> Shortlist:
     """The shortlist of ``pairs`` (source ids, target ids), module docstring; ``exclude``:
     ids never listed (PAD, BOS); ``score``: how a source piece's targets are ranked."""
     if top < 1 or frequent < 0:
