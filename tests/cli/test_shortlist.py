@@ -1,10 +1,13 @@
 """``jformer shortlist`` learns a file from the run's training pairs; ``--shortlist`` reads
 it (jformer/cli/shortlist.py, jformer/cli/common.py)."""
+import pytest
+
 from jformer.cli import main
 from jformer.inference import shortlist
 from jformer.workdir import files
 
 
+@pytest.mark.slow  # CI's slow run keeps it (tests/inference/test_shortlist.py: the Translator)
 def test_learn_then_translate_with_it(tiny_run, pair_files, tmp_path, capsys):
     out = tmp_path / "list.npz"
     assert main(["shortlist", "--workdir", tiny_run, "--out", str(out), "--top", "5",
