@@ -34,8 +34,10 @@ def fits_cpu(flags: str | None = None) -> bool:
 
 
 def wanted() -> bool:
-    """The CPU has AVX2 and the kernels' library builds and loads."""
-    return fits_cpu() and native.available()
+    """Programs run on the CPU, which has AVX2, and the kernels' library builds and loads
+    (a CPU set resolved for an accelerator, ``model.ops="cpu"`` there, keeps XLA's int8
+    dot)."""
+    return jax.default_backend() == "cpu" and fits_cpu() and native.available()
 
 
 def pack_weight(q_KN: Array) -> Array:

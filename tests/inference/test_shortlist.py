@@ -102,8 +102,10 @@ def test_a_shortlist_holding_the_full_argmax_leaves_greedy_output_unchanged(setu
     assert not np.array_equal(np.asarray(other.tokens), np.asarray(full.tokens))
 
 
-def test_the_translator_reads_decode_shortlist(setup, tmp_path):
-    """decode.shortlist names the file; every batch decodes over its own list."""
+@pytest.mark.parametrize("placement", [dict(), dict(devices=2, parallel="split")])
+def test_the_translator_reads_decode_shortlist(setup, tmp_path, placement):
+    """decode.shortlist names the file; every batch decodes over its own list (each
+    device of a split batch over the batch's list)."""
     cfg, params, tok = setup
     full = Translator(cfg, params, tok, DECODE)
     want = full.translate(SHORT, method="greedy", return_scores=True)
@@ -111,9 +113,12 @@ def test_the_translator_reads_decode_shortlist(setup, tmp_path):
     n = cfg.vocab_size
     listed = shortlist.Shortlist(np.zeros(n + 1, np.int64), np.zeros(0, np.int32),
                                  written.astype(np.int32), n, 1)
+    # the batches do decode over a list: it is under half the vocabulary
+    assert listed.batch_ids([np.zeros(0, np.int32)], [cfg.eos_id, tok.unk_id],
+                            cfg.eos_id) is not None
     listed.save(tmp_path / "list.npz")
-    short = Translator(cfg, params, tok, dataclasses.replace(DECODE,
-                                                             shortlist=str(tmp_path / "list.npz")))
+    short = Translator(cfg, params, tok, dataclasses.replace(
+        DECODE, shortlist=str(tmp_path / "list.npz")), **placement)
     got = short.translate(SHORT, method="greedy", return_scores=True)
     assert [h.text for h in got] == [h.text for h in want]
     with pytest.raises(FileNotFoundError, match="shortlist not found"):
