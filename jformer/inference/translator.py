@@ -109,6 +109,9 @@ class Translator:
         self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
         self.shortlist = (shortlists.load(self.decode_cfg.shortlist, model_cfg.vocab_size)
                           if self.decode_cfg.shortlist else None)
+        # every list keeps EOS and UNK (read only with a shortlist)
+        self._listed_always = () if self.shortlist is None else (model_cfg.eos_id,
+                                                                 tokenizer.unk_id)
 
     @classmethod
     def from_checkpoint(cls, workdir: str | os.PathLike, checkpoint_dir: str | None = None,
@@ -340,7 +343,7 @@ class Translator:
             short_C = shortlists.for_batch(
                 self.shortlist, [sources.ids[i] for i in idx],
                 [batch_prefix, [phrases[i] for i in idx]],
-                (self.model_cfg.eos_id, self.tokenizer.unk_id), self.model_cfg.eos_id)
+                self._listed_always, self.model_cfg.eos_id)
             batches.append((idx, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C))
 
         def inputs(rows_in, bucket, rows, keys, prefix_BP, cons_BCL, short_C) -> tuple:
