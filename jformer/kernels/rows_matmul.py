@@ -33,18 +33,12 @@ import numpy as np
 
 from jformer.kernels import native
 from jformer.kernels.scope import cpu_kernel
+from jformer.model.int8 import map_step_matrices
 from jformer.types import Array, PyTree
 
 COLLECTION = "packed"  # the flax variable collection a decode step reads packed weights from
 TILE = 64  # columns per tile (csrc/rows_matmul.cc's kTile)
 TARGET = native.TARGETS["JformerRowsMatmul"]
-# attention weights by name, each flattened to the [K, N] of its product
-# (jformer.kernels.attention.PackedAttention); kv_kernel is not here: the cross
-# keys and values are projected once per source, over many rows.
-_ATTENTION = {"qkv_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, 3, H, K]
-              "q_kernel": lambda w: w.reshape(w.shape[0], -1),  # [D, H, K]
-              "out_kernel": lambda w: w.reshape(-1, w.shape[-1])}  # [H, K, D]
-
 available = native.available  # the library that holds the kernel is built and loaded
 
 
@@ -78,28 +72,13 @@ def pack(w_KN: Array) -> Array:
     return w_KN.reshape(k, tiles, TILE).transpose(1, 0, 2)
 
 
-def _pack_module(tree: dict) -> dict:
-    out = {}
-    for name, leaf in tree.items():
-        if isinstance(leaf, dict):
-            if name != "output_projection":  # flax's Dense (untied output): see pack_decoder
-                sub = _pack_module(leaf)
-                if sub:
-                    out[name] = sub
-        elif name in _ATTENTION:
-            out[name] = pack(_ATTENTION[name](leaf))
-        elif name == "kernel" and leaf.ndim == 2:  # jformer.kernels.Dense (the FFN)
-            out[name] = pack(leaf)
-    return out
-
-
 @functools.partial(jax.jit, static_argnums=2)
 def pack_decoder(decoder_params: PyTree, output_DV: Array, output_module: str) -> PyTree:
     """The ``COLLECTION`` of a decode step: every weight matrix the decoder's step
     multiplies by, packed, under its module's path in ``params["decoder"]``, and the
     output projection [D, V] (tied: the embedding transposed) as ``output`` of the
     decoder's submodule ``output_module``."""
-    return {"decoder": {**_pack_module(decoder_params),
+    return {"decoder": {**map_step_matrices(decoder_params, pack),
                         output_module: {"output": pack(output_DV)}}}
 
 

@@ -15,8 +15,8 @@ zero point), so an all-zero row or column has scale 1 and quantizes to zeros.
 :func:`matmul` is the plain form, XLA's int8 dot (``lax.dot_general`` int8 x int8 ->
 int32): it lowers on every platform (CPU, CUDA, TPU). :func:`quantize_decoder` builds, once
 per model, the variable collection ``COLLECTION`` that mirrors the decoder's params with
-every matrix of its step quantized (the same matrices ``jformer.kernels.rows_matmul``
-packs), and the output projection [D, V] as ``output`` of the step-output module; the
+every matrix of its step quantized (:func:`map_step_matrices`, which the CPU set's
+packing shares), and the output projection [D, V] as ``output`` of the step-output module; the
 modules below read it. The encoder, the cross-attention keys and values (projected once
 per source) and the embedding lookup stay in the compute dtype.
 
@@ -91,24 +91,28 @@ def dense(x: Array, w: dict, product=matmul) -> Array:
     return y.reshape(lead + (w["scale"].shape[0],))
 
 
-def _quantize_module(tree: dict) -> dict:
+def map_step_matrices(tree: dict, fn) -> dict:
+    """``fn`` of every weight matrix a decoder step multiplies by (attention kernels
+    flattened to their product's [K, N], the FFN's 2-D kernels), under its path in
+    ``tree`` (the decoder's params); the untied output projection is left out (its
+    callers add the output themselves)."""
     out = {}
     for name, leaf in tree.items():
         if isinstance(leaf, dict):
-            if name != "output_projection":  # the untied output: quantize_decoder's output
-                sub = _quantize_module(leaf)
+            if name != "output_projection":
+                sub = map_step_matrices(leaf, fn)
                 if sub:
                     out[name] = sub
         elif name in _ATTENTION:
-            out[name] = quantize_weight(_ATTENTION[name](leaf))
+            out[name] = fn(_ATTENTION[name](leaf))
         elif name == "kernel" and leaf.ndim == 2:  # the FFN's dense layers
-            out[name] = quantize_weight(leaf)
+            out[name] = fn(leaf)
     return out
 
 
 @jax.jit
 def _quantize(decoder_params: PyTree, output_DV: Array) -> tuple[PyTree, dict]:
-    return _quantize_module(decoder_params), quantize_weight(output_DV)
+    return map_step_matrices(decoder_params, quantize_weight), quantize_weight(output_DV)
 
 
 def quantize_decoder(decoder_params: PyTree, output_DV: Array, output_module: str) -> PyTree:
