@@ -91,7 +91,8 @@ def test_an_int8_step_is_near_the_float32_step_and_runs_int8_products(variant):
     np.testing.assert_allclose(got, want, atol=0.05 * np.abs(want).max())
 
 
-@pytest.mark.skipif(not int8_matmul.wanted(), reason="the int8 kernel needs AVX2")
+@pytest.mark.skipif(not int8_matmul.wanted(), reason="the int8 kernel runs only on a CPU backend with AVX2 "
+                    "and the kernels' library")
 @pytest.mark.parametrize("variant", [dict(), pytest.param(dict(tie_output=False, norm="pre"),
                                                            marks=SLOW)])
 def test_the_kernel_step_equals_xlas_int8_step(variant):
@@ -110,7 +111,8 @@ def test_the_kernel_step_equals_xlas_int8_step(variant):
     np.testing.assert_allclose(kernel, xla, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.skipif(not int8_matmul.wanted(), reason="the int8 kernel needs AVX2")
+@pytest.mark.skipif(not int8_matmul.wanted(), reason="the int8 kernel runs only on a CPU backend with AVX2 "
+                    "and the kernels' library")
 @pytest.mark.parametrize("method, beam", [pytest.param("greedy", 1, marks=SLOW), ("beam", 3)])
 def test_searches_over_the_kernel_equal_xlas_int8_searches(method, beam):
     params = _params(CFG)
