@@ -2,7 +2,7 @@
 
     python bench/accelerator_check.py [--platform gpu|tpu|cpu] [--quick] [--out DIR]
         [--budget-s 420] [--configs small,base,big] [--batch 512]
-        [--decode-configs base] [--decode-dtypes float32,bfloat16]
+        [--decode-configs base] [--decode-dtypes float32]
         [--decode-batches 1,32,256] [--flax-wmt-dir DIR] [--test-workers 8]
 
 Parts, in this order, each started only while the budget (``--budget-s``) has time left;
@@ -29,10 +29,16 @@ a part or row that would start past it is recorded as skipped, never silently dr
    ``--decode-dtypes`` may name ``int8`` (jformer's int8 decoding: XLA's int8 dot off the
    CPU); the example has no int8 form, so its int8 rows are recorded as skipped.
 
-Rows of parts 4 and 5 are built and compiled ``--prepare-ahead`` at a time in threads (on
-an H200 one train program compiles in 35-60 s and one search in 6-14 s; in turn they do not
-fit the budget), and a wave's rows are timed one at a time after the whole wave is
-compiled, so no compile shares the host with a timed row.
+Rows of parts 4 and 5 are built and compiled ``--prepare-ahead`` (8) at a time in threads
+(on an H200 one train program compiles in 35-60 s alone, 66-100 s eight at once, and one
+search in 5-28 s; in turn they do not fit the budget), and a wave's rows are timed one at a
+time after the whole wave is compiled, so no compile shares the host with a timed row.
+
+Sizing, from the H200 calls of 2026-11-28: tests 141 s, the probe 4 s, 8 train rows
+(base and big, both dtypes, both implementations) 162 s, 30 decode rows 275 s. So the
+default (12 train rows, 12 float32 decode rows) needs about 8 minutes; the budget skips,
+and names, what it cannot reach (small's training first, it comes last). bf16 and int8
+decoding are ``--decode-dtypes`` options for a second call.
 
 The Flax rows need the example's source (``--flax-wmt-dir`` or ``$FLAX_WMT_DIR``); without
 it they are skipped and the table says so. ``--platform cpu --quick`` runs every part at
@@ -85,7 +91,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="timed train steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps, compile included")
     p.add_argument("--decode-configs", default="base")
-    p.add_argument("--decode-dtypes", default="float32,bfloat16")
+    p.add_argument("--decode-dtypes", default="float32",
+                   help="float32, bfloat16, int8 (comma list)")
     p.add_argument("--decode-batches", default="1,32,256")
     p.add_argument("--beams", default="1,4")
     p.add_argument("--repeats", type=int, default=5, help="timed decode calls (median)")
@@ -107,7 +114,7 @@ def parse(argv=None) -> argparse.Namespace:
         args.decode_batches, args.probe_n = "2", 256
         args.test_workers, args.prepare_ahead = 0, 1
     if args.prepare_ahead is None:
-        args.prepare_ahead = 0 if args.platform == "cpu" else 4
+        args.prepare_ahead = 0 if args.platform == "cpu" else 8
     return args
 
 
