@@ -4,12 +4,12 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from configs import base, bert_base, big, demo, multi30k, small
+from configs import base, bert_base, big, demo, multi30k, multi30k_student, small
 from jformer.config import (ConfigError, ModelConfig, TrainConfig, check_training_config,
                             from_config_dict)
 
 
-@pytest.mark.parametrize("module", [base, big, small, demo, multi30k])
+@pytest.mark.parametrize("module", [base, big, small, demo, multi30k, multi30k_student])
 def test_shipped_configs_validate(module):
     cfg = from_config_dict(module.get_config())
     assert cfg.model.d_model % cfg.model.num_heads == 0

@@ -14,6 +14,7 @@
     jformer export jax --workdir runs/demo --out DIR [--buckets 16,32] [--platforms cpu,cuda]
         [--dtype int8]
     jformer shortlist --workdir runs/demo [--top 20] [--frequent 100] [--out FILE]
+    jformer distill --workdir runs/teacher --out DIR [--n-best N | --method sample --samples K]
     jformer import marian opus-mt-en-de --workdir runs/en-de   (Hugging Face Marian, OPUS-MT)
     jformer predict --workdir runs/bert_demo_tag [--scores] < in > out   (a fine-tuned encoder)
 
@@ -35,7 +36,7 @@ from typing import Sequence
 
 EXIT_ERROR = 1
 SUBCOMMANDS = ("translate", "evaluate", "score", "attention", "figures", "average", "curves",
-               "memory", "serve", "export", "import_marian", "predict", "shortlist")
+               "memory", "serve", "export", "import_marian", "predict", "shortlist", "distill")
 
 
 def _modules():
