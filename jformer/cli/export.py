@@ -91,6 +91,14 @@ def _jax_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DECODE_DTYPES, default=None,
                    help="decode.dtype of the programs (default: the run's); int8: int8 "
                         "decode-step products, quantized inside each program")
+    p.add_argument("--shortlist", default=None, metavar="FILE",
+                   help="a vocabulary shortlist (jformer shortlist): the export also holds "
+                        "programs taking shortlist_C, the only ids a batch's steps score "
+                        "(default: the run's decode.shortlist; '' for none)")
+    p.add_argument("--shortlist-size", type=int, default=None, metavar="C",
+                   help="with --shortlist: the shortlisted programs' C (default 1024, or "
+                        "below half a smaller vocabulary); a batch whose list is longer "
+                        "runs the full-vocabulary programs")
     p.add_argument("--force", action="store_true", help="replace an existing --out directory")
 
 
@@ -102,7 +110,8 @@ def _jax_run(args: argparse.Namespace) -> None:
         force=args.force, buckets=args.buckets, batch_rows=args.batch, method=args.method,
         beam_size=args.beam, alpha=args.alpha, max_len=args.max_len,
         platforms=args.platforms, prefix_len=args.prefix_len, dtype=args.dtype,
-        prefix_bias=args.prefix_bias or None, **_constraint_settings(args.constraints))
+        prefix_bias=args.prefix_bias or None, shortlist=args.shortlist,
+        shortlist_size=args.shortlist_size, **_constraint_settings(args.constraints))
     print(f"exported {args.workdir} to {out} (jax.export, {args.method}, platforms "
           f"{','.join(args.platforms)})")
 

@@ -36,6 +36,15 @@ The directory holds
   of -1: none), each of which its output contains (``--constraints C,L``: beam search
   with dynamic beam allocation; a phrase ends at a word boundary).
 
+With a vocabulary shortlist (``--shortlist FILE``; :mod:`jformer.inference.shortlist`)
+the directory also holds ``shortlist.npz`` and ``<platform>/bucket_<S>_shortlist.jaxexport``,
+the same programs with one more argument last, shortlist_C: int32 [C], C =
+``manifest["shortlist"]["size"]``: the only ids the steps score (the others get no
+probability). A loader builds it per batch by the Translator's rule: the sorted union of
+EOS, UNK, the file's ``frequent`` ids and the list of every id of the batch's sources
+(EOS included), padded with EOS to C; a batch whose union is longer than C runs the
+full-vocabulary program. The outputs are then the Translator's with that shortlist.
+
 Each program is :meth:`Translator.translate`'s batch for its bucket: :func:`decode_batch`
 (encoder, cross K/V once per source, cache, greedy or beam search) with the SearchSpec
 the Translator builds for the same settings, the output length of its rule
@@ -50,6 +59,7 @@ the program from its params argument, once per call (outside the search loop).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -78,6 +88,8 @@ from jformer.workdir.flat import flatten_params, unflatten_params
 
 FORMAT, FORMAT_VERSION = "jformer-jax-export", 1
 MANIFEST, PARAMS, TOKENIZER = "manifest.json", "params.npz", "spm.model"
+SHORTLIST = "shortlist.npz"  # jformer.inference.shortlist's file, as ``jformer shortlist``'s
+DEFAULT_SHORTLIST_SIZE = 1024  # --shortlist-size (smaller vocabularies: below half of it)
 
 
 # ------------------------------------------------------------------------ programs
@@ -131,8 +143,8 @@ def export_program(model_cfg: ModelConfig, params_flat: Mapping[str, Any],
     return export.export(program, platforms=[platform])(*avals)
 
 
-def program_file(platform: str, bucket: int) -> str:
-    return f"{platform}/bucket_{bucket}.jaxexport"
+def program_file(platform: str, bucket: int, shortlist: bool = False) -> str:
+    return f"{platform}/bucket_{bucket}{'_shortlist' if shortlist else ''}.jaxexport"
 
 
 # ------------------------------------------------------------------------ the directory
@@ -140,11 +152,17 @@ def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping
              tokenizer: Tokenizer, params_flat: Mapping[str, Any],
              source: Mapping[str, Any]) -> dict:
     """manifest.json: everything a loader needs besides the files it names."""
+    full = settings.full_vocabulary()
+    shortlisted = settings.shortlist_size and {
+        "file": SHORTLIST, "size": settings.shortlist_size, "call": settings.call(),
+        "programs": {p: {str(b): program_file(p, b, True) for b in settings.buckets}
+                     for p in settings.platforms}}
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "jax_version": jax.__version__,
-        "call": settings.call(),
+        "call": full.call(),
         "programs": {p: {str(b): program_file(p, b) for b in settings.buckets}
                      for p in settings.platforms},
+        "shortlist": shortlisted or None,
         "ops": {p: model_cfg.for_platform(p).ops for p in settings.platforms},
         "params": PARAMS, "tokenizer": TOKENIZER,
         "param_shapes": {k: f"{v.dtype}{list(np.shape(v))}".replace(" ", "")
@@ -166,8 +184,15 @@ def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping
 
 def write_export(directory: str, model_cfg: ModelConfig, params: PyTree,
                  tokenizer: Tokenizer, settings: ExportSettings, decode_cfg: DecodeConfig,
-                 source: Mapping[str, Any] | None = None) -> None:
-    """Writes the export's files into the existing, empty ``directory``."""
+                 source: Mapping[str, Any] | None = None,
+                 shortlist_path: str | None = None) -> None:
+    """Writes the export's files into the existing, empty ``directory``; with
+    ``settings.shortlist_size``, ``shortlist_path``'s file and a shortlisted program per
+    platform and bucket too."""
+    if bool(settings.shortlist_size) != bool(shortlist_path):
+        raise ValueError("a shortlisted export needs both a shortlist file and its size "
+                         f"(--shortlist, --shortlist-size); got {shortlist_path!r}, "
+                         f"{settings.shortlist_size}")
     settings.check(model_cfg)
     check_params(model_cfg, params)
     flat = flatten_params(params)
@@ -180,11 +205,17 @@ def write_export(directory: str, model_cfg: ModelConfig, params: PyTree,
     ends_V = phrase_ends(tokenizer) if settings.constraint_count else None
     for platform in settings.platforms:
         os.makedirs(os.path.join(directory, platform))
-        for bucket in settings.buckets:
-            exported = export_program(model_cfg, flat, settings, bucket, out_lens[bucket],
-                                      platform, ends_V)
-            with open(os.path.join(directory, program_file(platform, bucket)), "wb") as f:
+        for bucket, shortlisted in itertools.product(settings.buckets, (False, True)):
+            if shortlisted and not settings.shortlist_size:
+                continue
+            exported = export_program(
+                model_cfg, flat, settings if shortlisted else settings.full_vocabulary(),
+                bucket, out_lens[bucket], platform, ends_V)
+            name = program_file(platform, bucket, shortlisted)
+            with open(os.path.join(directory, name), "wb") as f:
                 f.write(exported.serialize())
+    if shortlist_path:
+        shutil.copyfile(shortlist_path, os.path.join(directory, SHORTLIST))
     with open(os.path.join(directory, PARAMS), "wb") as f:
         np.savez(f, **flat)
     shutil.copyfile(tokenizer.path, os.path.join(directory, TOKENIZER))
@@ -196,12 +227,15 @@ def write_export(directory: str, model_cfg: ModelConfig, params: PyTree,
 
 def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
                    checkpoint_dir: str | None = None, step: int | None = None,
-                   force: bool = False, dtype: str | None = None, **overrides: Any) -> str:
+                   force: bool = False, dtype: str | None = None,
+                   shortlist: str | None = None, **overrides: Any) -> str:
     """Exports a workdir's checkpoint (latest, or ``step``; from ``checkpoint_dir``
     instead of <workdir>/checkpoints if given) into the directory ``out``.
 
     ``dtype``: decode.dtype (None: the run's); "int8" quantizes inside each program, once
-    per call, from the float32 params. ``overrides``: :class:`ExportSettings` fields (None
+    per call, from the float32 params. ``shortlist``: a shortlist file (None: the run's
+    decode.shortlist; "": none); with one, the export also holds shortlisted programs
+    taking ``shortlist_C`` int32 [``shortlist_size``] (default 1024). ``overrides``: :class:`ExportSettings` fields (None
     keeps the run's default: :func:`default_settings`). The directory appears whole or not at all (written under a
     temporary name beside ``out``, then renamed); an existing ``out`` is an error unless
     ``force`` (then it is replaced). Returns ``out``.
@@ -214,7 +248,16 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
         if dtype is not None:
             config = dataclasses.replace(config, decode=dataclasses.replace(config.decode,
                                                                             dtype=dtype))
+        shortlist = config.decode.shortlist if shortlist is None else shortlist
+        if shortlist and overrides.get("shortlist_size") is None:
+            overrides["shortlist_size"] = default_shortlist_size(config.model.vocab_size)
+        elif not shortlist and overrides.get("shortlist_size"):
+            raise ValueError("--shortlist-size needs --shortlist FILE")
         settings = default_settings(config.model, config.decode, **overrides)  # before reading
+        if shortlist:  # a missing or foreign file, named before the checkpoint is read
+            from jformer.inference import shortlist as shortlists
+
+            shortlists.load(shortlist, config.model.vocab_size)
         model = read_workdir(workdir, checkpoint_dir, step)
         # decode.dtype's compute dtype (jformer.inference.precision); params.npz stays
         # float32 and each program's products cast the weights they read.
@@ -222,10 +265,22 @@ def export_workdir(workdir: str | os.PathLike, out: str | os.PathLike, *,
         source = {"workdir": model.workdir, "checkpoint_dir": model.checkpoint_dir,
                   "step": model.step}
         write_export(tmp, model_cfg, model.params, model.tokenizer, settings, config.decode,
-                     source)
+                     source, shortlist or None)
         write_card(tmp, model, engine=f"jax.export ({settings.method}, platforms "
                    f"{', '.join(settings.platforms)})", usage=JAX_USAGE)
     return os.path.abspath(os.fspath(out))
+
+
+def default_shortlist_size(vocab_size: int) -> int:
+    """--shortlist-size's default: DEFAULT_SHORTLIST_SIZE, or the largest of the
+    Translator's list sizes below half a smaller vocabulary (where a shortlist pays)."""
+    from jformer.inference.shortlist import SIZES
+
+    fits = [s for s in SIZES if s <= DEFAULT_SHORTLIST_SIZE and 2 * s < vocab_size]
+    if not fits:
+        raise ValueError(f"a {vocab_size}-piece vocabulary is too small for a shortlist "
+                         f"(a list of {SIZES[0]} would be half of it or more)")
+    return fits[-1]
 
 
 JAX_USAGE = """Load `manifest.json`, `params.npz` and a program with `jax.export.deserialize`,
@@ -234,10 +289,11 @@ jformer, is in jformer's docs/interop.md ("jax.export"). Sources are sentencepie
 of `spm.model` plus EOS, padded with PAD to the program's bucket."""
 
 
-def load_programs(directory: str | os.PathLike, platform: str = "cpu"
-                  ) -> dict[int, export.Exported]:
+def load_programs(directory: str | os.PathLike, platform: str = "cpu",
+                  shortlist: bool = False) -> dict[int, export.Exported]:
     """The deserialized programs of one platform, by bucket (for tests and Python users;
-    the docs' loader does the same in a few lines without jformer)."""
+    the docs' loader does the same in a few lines without jformer); ``shortlist``: the
+    shortlisted ones."""
     directory = os.fspath(directory)
     with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
         info = json.load(f)
@@ -246,8 +302,12 @@ def load_programs(directory: str | os.PathLike, platform: str = "cpu"
     if platform not in info["programs"]:
         raise ValueError(f"{directory} holds no programs for platform {platform!r}; it has "
                          f"{sorted(info['programs'])}")
+    if shortlist and not info.get("shortlist"):
+        raise ValueError(f"{directory} holds no shortlisted programs (export with "
+                         f"--shortlist FILE)")
     out = {}
-    for bucket, name in info["programs"][platform].items():
+    table = info["shortlist"]["programs"] if shortlist else info["programs"]
+    for bucket, name in table[platform].items():
         with open(os.path.join(directory, name), "rb") as f:
             out[int(bucket)] = export.deserialize(bytearray(f.read()))
     return out

@@ -43,6 +43,8 @@ class ExportSettings:
     constraint_count: int = 0  # lexical constraints: phrases per row (0: no argument)
     constraint_len: int = 0  # and tokens per phrase
     int8: bool = False  # int8 decode steps (decode.dtype "int8"; jformer.model.int8)
+    # a vocabulary shortlist: a second program set takes shortlist_C int32 [C] (0: none)
+    shortlist_size: int = 0
 
     def check(self, model_cfg: ModelConfig) -> None:
         """Raises ValueError naming the command-line option of a value that cannot hold."""
@@ -68,6 +70,9 @@ class ExportSettings:
             raise ValueError(f"decode.eos_candidates must be one of {EOS_CANDIDATES}; "
                              f"got {self.eos_candidates!r}")
         self._check_steering()
+        if self.shortlist_size >= model_cfg.vocab_size:
+            raise ValueError(f"--shortlist-size {self.shortlist_size} is not below the "
+                             f"vocabulary's {model_cfg.vocab_size} pieces")
         unknown = [p for p in self.platforms if p not in PLATFORMS]
         if not self.platforms or unknown or len(set(self.platforms)) < len(self.platforms):
             raise ValueError(f"--platforms must name distinct platforms of {PLATFORMS}; "
@@ -85,6 +90,9 @@ class ExportSettings:
                              f"sentence, tokens per phrase); got {c!r},{n!r}")
         if c and self.method != "beam":
             raise ValueError("--constraints needs --method beam (dynamic beam allocation)")
+        if not (isinstance(self.shortlist_size, int) and self.shortlist_size >= 0):
+            raise ValueError(f"--shortlist-size must be an int >= 0; got "
+                             f"{self.shortlist_size!r}")
 
     def spec(self, out_len: int) -> SearchSpec:
         """The Translator's SearchSpec for these settings (``Translator._spec``, and the
@@ -102,7 +110,7 @@ class ExportSettings:
 
     def steering_args(self) -> list[tuple[str, jax.ShapeDtypeStruct]]:
         """The steering arguments after ``alpha``, in call order: (decode_program's name,
-        shape) of each; none without a prefix or constraints."""
+        shape) of each; none without a prefix, constraints or a shortlist."""
         args = []
         if self.prefix_len:
             args.append(("prefix_BP", jax.ShapeDtypeStruct((self.batch_rows, self.prefix_len),
@@ -112,6 +120,9 @@ class ExportSettings:
         if self.constraint_count:
             args.append(("constraints_BCL", jax.ShapeDtypeStruct(
                 (self.batch_rows, self.constraint_count, self.constraint_len), jnp.int32)))
+        if self.shortlist_size:
+            args.append(("shortlist_C", jax.ShapeDtypeStruct((self.shortlist_size,),
+                                                             jnp.int32)))
         return args
 
     def steering(self) -> list[str]:
@@ -126,6 +137,11 @@ class ExportSettings:
     def steering_avals(self) -> tuple[jax.ShapeDtypeStruct, ...]:
         """The steering arguments' shapes (:meth:`steering_args`)."""
         return tuple(aval for _, aval in self.steering_args())
+
+    def full_vocabulary(self) -> "ExportSettings":
+        """These settings without the shortlist argument: the program set every export
+        holds (a batch whose shortlist does not fit ``shortlist_size`` runs there)."""
+        return dataclasses.replace(self, shortlist_size=0)
 
     def output_lengths(self, model_cfg: ModelConfig,
                        decode_cfg: DecodeConfig) -> dict[int, int]:

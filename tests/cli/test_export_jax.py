@@ -132,3 +132,11 @@ def test_a_missing_workdir_is_named(tmp_path, capsys):
     assert (status, stdout) == (1, "")
     assert stderr == f"jformer export: error: workdir not found: {missing}\n"
     assert os.listdir(tmp_path) == []
+
+
+def test_a_shortlist_size_without_a_shortlist_is_a_one_line_error(tmp_path, capsys):
+    assert main(["export", "jax", "--workdir", LEGACY, "--out", str(tmp_path / "x"),
+                 "--shortlist-size", "64"]) != 0
+    err = capsys.readouterr().err
+    assert "--shortlist-size needs --shortlist FILE" in err and "Traceback" not in err
+    assert not (tmp_path / "x").exists()

@@ -331,3 +331,71 @@ def test_int8_programs_give_the_int8_translators_hypotheses(sentences, tmp_path)
     cfg = translator.model_cfg
     assert_same_hypotheses(run_programs(directory, sources_of(translator, sentences), 0.0),
                            want, cfg.pad_id, cfg.eos_id)
+
+
+@pytest.mark.slow  # CI's slow run keeps it
+def test_shortlisted_programs_give_the_shortlisted_translators_hypotheses(sentences,
+                                                                         tmp_path):
+    """``--shortlist FILE``: the export holds the file and, beside the full-vocabulary
+    programs, programs taking ``shortlist_C``. A batch whose list (the rule of
+    jformer.inference.shortlist, padded with EOS to ``shortlist_size``) fits runs there,
+    and gives the hypotheses of a Translator with that shortlist translating the same
+    batch; its tokens all lie in the list."""
+    from jformer.data.tokenizer import Tokenizer
+    from jformer.inference import shortlist
+
+    config = files.load_config(LEGACY)
+    tok = Tokenizer.load(files.tokenizer_path(config.data, LEGACY))
+    pairs = load_split(config.data, "train")[:2000]
+    learned = shortlist.learn(zip(tok.encode([s for s, _ in pairs], add_eos=False),
+                                  tok.encode([t for _, t in pairs], add_eos=False)),
+                              config.model.vocab_size, top=2, frequent=10, exclude=[0])
+    path = str(tmp_path / "list.npz")
+    learned.save(path)
+    size = 128  # the Translator's largest list for 400 pieces (below half of them)
+    assert jax_export.default_shortlist_size(400) == size
+    directory = jax_export.export_workdir(LEGACY, tmp_path / "short", buckets=BUCKETS,
+                                          batch_rows=ROWS, method="greedy", shortlist=path)
+    with open(os.path.join(directory, jax_export.MANIFEST)) as f:
+        info = json.load(f)
+    assert info["shortlist"]["size"] == size and info["call"].endswith(
+        "alpha) -> (tokens_BT, scores_B, finished_B)")
+    assert "shortlist_C" in info["shortlist"]["call"]
+    assert shortlist.load(os.path.join(directory, jax_export.SHORTLIST)).top == 2
+    translator = Translator.from_checkpoint(LEGACY, decode_cfg=dataclasses.replace(
+        config.decode, batch_size=ROWS, length_buckets=BUCKETS, shortlist=path))
+    eos, unk = info["eos_id"], info["unk_id"]
+    full = jax_export.load_programs(directory)
+    short = jax_export.load_programs(directory, shortlist=True)
+    params = dict(np.load(os.path.join(directory, jax_export.PARAMS)))
+    sources = sources_of(translator, sentences)
+    bucket_of = [min(s for s in BUCKETS if s >= len(x)) for x in sources]
+    used = 0
+    for bucket in BUCKETS:  # as the documented loader batches: by bucket, in order
+        todo = [i for i, b in enumerate(bucket_of) if b == bucket and len(sources[i]) > 1]
+        for start in range(0, len(todo), ROWS):
+            rows = todo[start:start + ROWS]
+            x = np.full((ROWS, bucket), info["pad_id"], np.int32)
+            for r, i in enumerate(rows):
+                x[r, :len(sources[i])] = sources[i]
+            ids = learned.batch_ids([sources[i] for i in rows], [eos, unk], eos)
+            if ids is None:
+                tokens, _, _ = full[bucket].call(params, x, np.float32(0.0))
+            else:
+                used += 1
+                ids_C = np.concatenate([np.unique(ids), np.full(size, eos, np.int32)])[:size]
+                tokens, _, _ = short[bucket].call(params, x, np.float32(0.0), ids_C)
+                listed = set(ids_C.tolist()) | {info["pad_id"]}
+                assert set(np.asarray(tokens)[:len(rows)].ravel().tolist()) <= listed
+            # the same sentences in one Translator call: one batch, the same list
+            want = translator.translate([sentences[i] for i in rows], method="greedy",
+                                        return_scores=True)
+            for r, h in enumerate(want):
+                assert np.asarray(tokens)[r, :len(h.ids)].tolist() == h.ids.tolist()
+    assert used >= 2  # the lists fit: the shortlisted programs ran
+    with pytest.raises(ValueError, match="shortlist-size 400 is not below"):
+        jax_export.export_workdir(LEGACY, tmp_path / "big", buckets=BUCKETS, shortlist=path,
+                                  shortlist_size=400)
+    with pytest.raises(FileNotFoundError, match="shortlist not found"):
+        jax_export.export_workdir(LEGACY, tmp_path / "none", buckets=BUCKETS,
+                                  shortlist=str(tmp_path / "missing.npz"))
