@@ -121,8 +121,13 @@ def inputs(args, tmp: str) -> tuple[str, list[str], list[str]]:
 
 
 def bleu(hyps: list[str], refs: list[str]) -> float:
+    return scores(hyps, refs)["bleu"]
+
+
+def scores(hyps: list[str], refs: list[str]) -> dict:
+    """Cased detokenized sacreBLEU and chrF (jformer.inference.scoring)."""
     from jformer.inference.scoring import corpus_scores
-    return corpus_scores(hyps, refs)["bleu"]
+    return corpus_scores(hyps, refs)
 
 
 # ---------------------------------------------------------------------- cli
@@ -200,10 +205,11 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
             out = os.path.join(tmp, f"api-{dtype}-{batch}{'-listed' if listed else ''}.txt")
             with open(out, "w", encoding="utf-8") as f:
                 f.write("".join(h + "\n" for h in hyps))
+            got = scores(hyps, refs)
             rows.append(_show({"part": "api", "how": f"Translator.translate, decode.dtype="
                                f"{dtype}, batch {batch}{listing}, compiled", "seconds": seconds,
                                "first_call_s": first, "sentences": len(hyps),
-                               "bleu": bleu(hyps, refs), "output": out}))
+                               "bleu": got["bleu"], "chrf": got["chrf"], "output": out}))
     return rows
 
 
@@ -276,8 +282,9 @@ def _show(row: dict) -> dict:
     elif "first_call_s" in row:
         extra = f" (first call, compiling, {row['first_call_s']:.1f} s)"
     row["sentences_per_s"] = row["sentences"] / row["seconds"]
+    chrf = f", chrF {row['chrf']:.2f}" if "chrf" in row else ""
     print(f"  {row['how']}: {row['seconds']:.1f} s, {row['sentences_per_s']:.1f} sent/s, "
-          f"BLEU {row['bleu']:.2f}{extra}", flush=True)
+          f"BLEU {row['bleu']:.2f}{chrf}{extra}", flush=True)
     return row
 
 

@@ -2,17 +2,17 @@
 measured in one run; a PNG of three panels and a table of peak memory.
 
     python bench/scaling.py [--train-batches 8,16,32,64,128] [--decode-batches
-        1,2,4,8,16,32,64] [--sizes small,base,big] [--size-batch 16] [--peers
-        flax,marian,ct2] [--rounds 1] [--png bench/scaling.png] [--out scaling.json]
-        [--quick]
+        1,2,4,8,16,32,64] [--decode-dtypes float32,int8] [--sizes small,base,big]
+        [--size-batch 16] [--peers flax,marian,ct2] [--rounds 1]
+        [--png bench/scaling.png] [--out scaling.json] [--quick]
 
 The panels:
 
 1. training the small config, target tokens/s against sentences per step (x 32 source x
    32 target tokens): jformer float32 and bfloat16, the Flax WMT example, HF Marian;
 2. decoding the small config greedily, generated tokens/s against sentences per call
-   (32 source tokens, exactly 32 generated): jformer float32, the Flax WMT example, HF
-   Marian, CTranslate2 float32 and int8 (at each thread setting: one worker of 1 or 2
+   (32 source tokens, exactly 32 generated): jformer float32 and int8 (``--decode-dtypes``),
+   the Flax WMT example, HF Marian, CTranslate2 float32 and int8 (at each thread setting: one worker of 1 or 2
    threads, 2 one-thread workers splitting the batch; the fastest counts);
 3. training tokens/s against model size: small, base and the paper's big (1024 wide,
    6 + 6 layers) at ``--size-batch`` sentences.
@@ -56,6 +56,7 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--sizes", default="small,base,big")
     p.add_argument("--size-batch", type=int, default=16, help="sentences per step of panel 3")
     p.add_argument("--dtypes", default="float32,bfloat16", help="jformer's, for training")
+    p.add_argument("--decode-dtypes", default="float32,int8", help="jformer's, for decoding")
     p.add_argument("--peers", default=",".join(compare.PEERS))
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
@@ -76,6 +77,7 @@ def _parse(argv=None) -> argparse.Namespace:
     if args.quick:
         args.train_batches, args.decode_batches, args.sizes = "2,4", "1,2", "small"
         args.size_batch, args.dtypes, args.decode_calls, args.no_gate = 2, "float32", 2, True
+        args.decode_dtypes = "float32"
         args.jformer_devices = "1"
     for name in ("train_batches", "decode_batches"):
         values = getattr(args, name)
@@ -209,7 +211,7 @@ def main(argv=None) -> int:
           f"GLIBC_TUNABLES={env['GLIBC_TUNABLES']} for every process", flush=True)
     for peer, how in missing.items():
         print(f"peer {peer} skipped: {how}", flush=True)
-    decode_args = argparse.Namespace(**{**vars(args), "dtypes": "float32"})
+    decode_args = argparse.Namespace(**{**vars(args), "dtypes": args.decode_dtypes})
     with tempfile.TemporaryDirectory(prefix="jformer-scaling-") as tmp:
         ct2_dir = ""
         if "ct2" in peers:
