@@ -21,7 +21,7 @@ from jformer import search
 from jformer.config import ModelConfig
 from jformer.mesh import AXIS
 from jformer.model import DecodeCache, Ops, Transformer
-from jformer.model.embeddings import SHORTLIST, ShortlistOutput
+from jformer.model.embeddings import SHORTLIST
 from jformer.types import NEG_INF, Array, PyTree
 
 _TRACES: collections.Counter = collections.Counter()  # (inputs shape, spec) -> traces
@@ -105,8 +105,8 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
     ``prepared``: :func:`prepare` of the params (None: nothing prepared); each step runs
     the model with the set ``model.ops.for_step(prepared, rows)``, rows those of all B
     sources (a search over fewer of them keeps the whole batch's set, and its outputs).
-    ``shortlist``: the collection ``SHORTLIST`` of :func:`shortlist_variables`; the steps
-    then compute the logits of its ids only (:class:`ShortlistOutput`).
+    ``shortlist``: the collection ``SHORTLIST`` of the layout's ``listed``; the steps
+    then compute the logits of its ids only (the layout's ``listed_ops``).
     """
     cfg = model.cfg
     prepared = {} if prepared is None else prepared
@@ -117,7 +117,7 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
         prepared = {**prepared, SHORTLIST: shortlist}
 
         def step_set(ops: Ops) -> Ops:
-            return dataclasses.replace(ops, step_output=ShortlistOutput.of)
+            return model.ops.cache.listed_ops(ops, prepared)
     vocab_V = jnp.arange(cfg.vocab_size)
     banned_V = banned_outputs(cfg)
     forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
@@ -151,15 +151,6 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
         return step_fn
 
     return search.SourceStep(step_of, (shell, valid_B)), cache.search_state()
-
-
-def shortlist_variables(model: Transformer, params: PyTree, ids_C: Array) -> PyTree:
-    """The collection ``SHORTLIST`` of a search over the ids ``ids_C`` int32 [C]: they,
-    and the output projection's columns for them [D, C] in the compute dtype, under the
-    decoder's step output."""
-    weights_VD, _ = model.apply({"params": params}, method=Transformer.output_layer)
-    return {"decoder": {"step_output": {"ids_C": ids_C,
-                                        "output_DC": jnp.take(weights_VD, ids_C, axis=0).T}}}
 
 
 def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
@@ -215,8 +206,8 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
     beam = spec.method == "beam"
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
                             ops.cache.beam_rows(spec.beam_size) if beam else None)
-    shortlist = None if shortlist_C is None else shortlist_variables(model, params,
-                                                                      shortlist_C)
+    shortlist = None if shortlist_C is None else ops.cache.listed(model, params, prepared,
+                                                                   shortlist_C)
     step_fn, state = make_step_fn(model, params, cache, valid_B, prepared, shortlist)
     # The searches' first input: BOS, or PAD under model.decoder_start="pad" (Marian).
     ids = dict(bos_id=model_cfg.start_id, eos_id=model_cfg.eos_id, pad_id=model_cfg.pad_id)

@@ -87,5 +87,11 @@ class KernelOutput(int8.Int8Output):
     product = staticmethod(matmul)
 
 
+class KernelShortlistOutput(int8.Int8ShortlistOutput):
+    """:class:`jformer.model.int8.Int8ShortlistOutput` over :func:`matmul`."""
+
+    product = staticmethod(matmul)
+
+
 KERNEL = int8.Int8Kernel(pack=pack, dense=KernelDense, output=KernelOutput,
-                         available=wanted)
+                         listed=KernelShortlistOutput, available=wanted)

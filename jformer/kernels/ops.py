@@ -33,7 +33,7 @@ from jformer.kernels.fused_loss import projected_cross_entropy
 from jformer.kernels.layernorm import LayerNorm
 from jformer.kernels.tied_logits import tied_logits
 from jformer.kernels.topk import beam_candidates, fast_argmax, fast_top_k
-from jformer.model.cache import DecodeCache
+from jformer.model.cache import CacheLayout, DecodeCache
 from jformer.model.embeddings import StepOutput
 from jformer.model.ops import Ops
 from jformer.model.transformer import Transformer
@@ -81,13 +81,14 @@ def _output_DV(cfg, params: PyTree) -> Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class CpuCacheLayout:
+class CpuCacheLayout(CacheLayout):
     """Decode caches in the layouts of :mod:`jformer.kernels.decode_cache`: per-row buffers
     heads first, keys transposed; a beam search's W hypotheses in slot-addressed buffers
     that beam search never moves (it reorders the slot table, ``reorder``).
     ``native_beam``: packed beam steps run the C++ beam attention (else XLA's).
     ``pack``: :meth:`prepare` packs the decoder's weights (float32 on a CPU with the
-    library loaded); False where the packed kernel does not fit the CPU."""
+    library loaded); False where the packed kernel does not fit the CPU. A shortlisted
+    batch reads the stock layout's float columns (:meth:`CacheLayout.listed`)."""
 
     native_beam: bool = True
     pack: bool = True

@@ -12,6 +12,7 @@ import dataclasses
 import jax.numpy as jnp
 from flax import struct
 
+from jformer.model.embeddings import ShortlistOutput, listed_variables
 from jformer.types import Array, PyTree
 
 
@@ -86,6 +87,16 @@ class CacheLayout:
 
     def step_ops(self, ops, prepared: PyTree, rows: int):
         return ops
+
+    def listed(self, model, params: PyTree, prepared: PyTree, ids_C: Array) -> PyTree:
+        """The collection ``SHORTLIST`` a batch decoded over the ids ``ids_C`` reads
+        (:func:`jformer.model.embeddings.listed_variables`)."""
+        return listed_variables(model, params, ids_C)
+
+    def listed_ops(self, step_ops, prepared: PyTree):
+        """A step set whose logits are those of the listed ids only
+        (:class:`jformer.model.embeddings.ShortlistOutput`)."""
+        return dataclasses.replace(step_ops, step_output=ShortlistOutput.of)
 
     def table_bytes(self, batch: int, beam: int, max_len: int) -> int:
         """Bytes of the layout's own tables in a cache of ``batch`` sources with ``beam``

@@ -127,7 +127,22 @@ class ShortlistOutput(nn.Module):
         output_DC = self.get_variable(SHORTLIST, "output_DC")
         logits_N1C = jnp.einsum("NLD,DC->NLC", y_N1D.astype(output_DC.dtype), output_DC,
                                 preferred_element_type=jnp.float32)
-        if bias_V is not None:
-            logits_N1C = logits_N1C + bias_V[ids_C].astype(jnp.float32)
-        full_N1V = jnp.full(logits_N1C.shape[:2] + (self.vocab_size,), NEG_INF, jnp.float32)
-        return full_N1V.at[:, :, ids_C].set(logits_N1C)
+        return spread(logits_N1C, ids_C, bias_V, self.vocab_size)
+
+
+def spread(logits_N1C: Array, ids_C: Array, bias_V: Array | None, vocab_size: int) -> Array:
+    """The listed ids' logits [N, 1, C] (plus their output bias) placed in float32
+    [N, 1, V], every other id NEG_INF."""
+    if bias_V is not None:
+        logits_N1C = logits_N1C + bias_V[ids_C].astype(jnp.float32)
+    full_N1V = jnp.full(logits_N1C.shape[:2] + (vocab_size,), NEG_INF, jnp.float32)
+    return full_N1V.at[:, :, ids_C].set(logits_N1C.astype(jnp.float32))
+
+
+def listed_variables(model, params, ids_C: Array) -> dict:
+    """The collection ``SHORTLIST`` of a search over the ids ``ids_C`` int32 [C]
+    (:class:`ShortlistOutput`'s): they, and the output projection's columns for them
+    [D, C] in the compute dtype, under the decoder's step output."""
+    weights_VD, _ = model.apply({"params": params}, method=type(model).output_layer)
+    return {"decoder": {"step_output": {"ids_C": ids_C,
+                                        "output_DC": jnp.take(weights_VD, ids_C, axis=0).T}}}

@@ -38,6 +38,7 @@ from jax import lax
 
 from jformer.model.attention import MultiHeadAttention
 from jformer.model.cache import CacheLayout
+from jformer.model.embeddings import SHORTLIST, spread
 from jformer.types import Array, PyTree
 
 COLLECTION = "int8"  # the flax variable collection of quantized decode-step weights
@@ -188,6 +189,25 @@ class Int8Output(nn.Module):
         return logits_N1V if bias_V is None else logits_N1V + bias_V
 
 
+class Int8ShortlistOutput(Int8Output):
+    """A shortlisted int8 decode step's logits: the listed ids' columns, quantized per
+    column when the batch starts (``SHORTLIST``'s ``ids_C`` and ``output``; a column's
+    quantization does not depend on the others, so these are the full step's quantized
+    columns), their float32 logits placed in [N, 1, V], every other id NEG_INF."""
+
+    vocab_size: int = 0
+
+    @classmethod
+    def of(cls, cfg) -> "Int8ShortlistOutput":
+        return cls(cfg.vocab_size)
+
+    @nn.compact
+    def __call__(self, y_N1D: Array, project, bias_V: Array | None) -> Array:
+        logits_N1C = dense(y_N1D, self.get_variable(SHORTLIST, "output"), self.product)
+        return spread(logits_N1C, self.get_variable(SHORTLIST, "ids_C"), bias_V,
+                      self.vocab_size)
+
+
 STOCK_ATTENTION = ((MultiHeadAttention, Int8Attention, None),)  # Int8Layout.attention of STOCK
 NATIVE = "native"  # Int8Layout.prepare's mark in COLLECTION: the steps run the kernel's forms
 
@@ -195,13 +215,15 @@ NATIVE = "native"  # Int8Layout.prepare's mark in COLLECTION: the steps run the 
 @dataclasses.dataclass(frozen=True)
 class Int8Kernel:
     """A faster int8 product for one platform, and the modules that read it: ``pack``
-    (the quantized collection -> the form ``dense`` and ``output`` read, once per
-    model), ``dense`` and ``output`` (:class:`Int8Dense`, :class:`Int8Output` over its
+    (a quantized collection -> the form ``dense`` and the outputs read: once per model,
+    and a shortlist's columns once per batch), ``dense``, ``output`` and ``listed``
+    (:class:`Int8Dense`, :class:`Int8Output`, :class:`Int8ShortlistOutput` over its
     product), ``available`` (() -> whether it runs in this process)."""
 
     pack: Callable
     dense: type
     output: type
+    listed: type
     available: Callable
 
 
@@ -252,6 +274,21 @@ class Int8Layout:
             q = {**self.kernel.pack(q), NATIVE: jnp.zeros((0,), jnp.float32)}
         out[COLLECTION] = q
         return out
+
+    def listed(self, model, params: PyTree, prepared: PyTree, ids_C: Array) -> PyTree:
+        """The base's shortlist collection with the listed columns quantized per column
+        (packed by the kernel where ``prepare`` marked ``NATIVE``) as ``output``."""
+        node = dict(self.base.listed(model, params, prepared, ids_C)["decoder"]["step_output"])
+        w = {"output": quantize_weight(node.pop("output_DC"))}
+        if NATIVE in prepared.get(COLLECTION, {}):
+            w = self.kernel.pack(w)
+        return {"decoder": {self.output_module: {**node, **w}}}
+
+    def listed_ops(self, step_ops, prepared: PyTree):
+        """``step_ops`` with the int8 shortlisted output (the kernel's where ``NATIVE``)."""
+        native = NATIVE in prepared.get(COLLECTION, {})
+        listed = self.kernel.listed if native else Int8ShortlistOutput
+        return dataclasses.replace(step_ops, step_output=listed.of)
 
     def step_ops(self, ops, prepared: PyTree, rows: int):
         """The base's step set with the int8 dense layer, attention and output (the

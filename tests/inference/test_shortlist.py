@@ -7,10 +7,14 @@ import numpy as np
 import pytest
 
 from jformer.inference import shortlist
-from jformer.inference.batch_decode import SearchSpec, decode_batch
+from jformer.inference.batch_decode import (SearchSpec, decode_batch, encode_and_init,
+                                            make_step_fn)
+from jformer.kernels import int8_matmul
+from jformer.model import int8 as int8_model
 from jformer.inference.translator import Translator
 from jformer.model import Transformer
 from jformer.ops import resolve
+from jformer.types import NEG_INF
 from tests.inference.test_translator import DECODE, SHORT
 
 V = 40
@@ -72,18 +76,25 @@ def test_batch_ids_are_the_sorted_union_rounded_up_with_eos():
     assert wide.batch_ids([np.array([10])], always=[3], fill=3) is None
 
 
-def test_a_shortlist_holding_the_full_argmax_leaves_greedy_output_unchanged(setup):
+# the float32 set; int8 over the CPU kernel where it runs; int8 over XLA's int8 dot
+SETS = {"float32": (False, False), "int8": (True, False), "int8 portable": (True, True)}
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_a_shortlist_holding_the_full_argmax_leaves_greedy_output_unchanged(setup, name):
     """With every piece the full greedy search wrote in the list, each step's argmax is in
     it, so the output is the same (and a test that can fail: dropping one written piece
-    changes the output). Beam search may change: its scores are over the list."""
+    changes the output). Beam search may change: its scores are over the list. int8
+    steps list int8 columns (Int8ShortlistOutput), the kernel's where it runs."""
     method = "greedy"
     cfg, params, _ = setup
-    ops = resolve(cfg)
+    int8, portable = SETS[name]
+    ops = resolve(cfg, int8=int8)
     rng = np.random.default_rng(3)
     inputs = rng.integers(4, cfg.vocab_size, (4, 12)).astype(np.int32)
     inputs[:, -1] = cfg.eos_id
     spec = SearchSpec(method, 1 if method == "greedy" else 3, max_len=16)
-    prepared = ops.cache.prepare(Transformer(cfg, ops), params)
+    prepared = ops.cache.prepare(Transformer(cfg, ops), params, portable=portable)
     args = (params, prepared, inputs, np.ones(4, bool), jax.random.key(0), np.float32(0.6),
             np.float32(1.0), None, np.float32(0.0), None, None)
     full = decode_batch(*args, model_cfg=cfg, ops=ops, spec=spec)
@@ -100,6 +111,40 @@ def test_a_shortlist_holding_the_full_argmax_leaves_greedy_output_unchanged(setu
     other = decode_batch(*args, fewer, model_cfg=cfg, ops=ops, spec=spec)
     assert not np.isin(np.asarray(other.tokens), dropped).any()
     assert not np.array_equal(np.asarray(other.tokens), np.asarray(full.tokens))
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_listed_logits_are_the_full_steps_at_the_listed_ids(setup, name):
+    """A step over a list gives each listed id the full step's logit (int8: a column's
+    quantization is its own, so the listed columns are the full step's, kernel or XLA's
+    dot) and every other id NEG_INF."""
+    cfg, params, _ = setup
+    int8, portable = SETS[name]
+    ops = resolve(cfg, int8=int8)
+    model = Transformer(cfg, ops)
+    prepared = ops.cache.prepare(model, params, portable=portable)
+    native = not portable and int8_matmul.wanted()  # the kernel's forms (else XLA's dot)
+    assert (int8_model.NATIVE in prepared.get(int8_model.COLLECTION, {})) == (int8 and native)
+    rng = np.random.default_rng(5)
+    inputs = rng.integers(4, cfg.vocab_size, (3, 9)).astype(np.int32)
+    inputs[:, -1] = cfg.eos_id
+    cache = encode_and_init(model, params, inputs, 8)
+    ids_C = np.unique(rng.integers(0, cfg.vocab_size, 40)).astype(np.int32)
+    ids_C = np.concatenate([ids_C, np.full(64 - len(ids_C), ids_C[0], np.int32)])
+    tokens = np.full(3, cfg.start_id, np.int32)
+    full, _ = make_step_fn(model, params, cache, None, prepared)
+    listed = ops.cache.listed(model, params, prepared, ids_C)
+    short, _ = make_step_fn(model, params, cache, None, prepared, listed)
+    full_NV = np.asarray(full(tokens, np.int32(0), cache.search_state())[0])
+    short_NV = np.asarray(short(tokens, np.int32(0), cache.search_state())[0])
+    np.testing.assert_allclose(short_NV[:, ids_C], full_NV[:, ids_C], rtol=1e-6, atol=1e-6)
+    others = np.setdiff1d(np.arange(cfg.vocab_size), ids_C)
+    assert (short_NV[:, others] <= NEG_INF).all()
+    if int8:  # the listed columns are int8, packed for the kernel where it runs
+        w = listed["decoder"]["step_output"]["output"]
+        weight = w["packed"] if native else w["q"]
+        assert w["scale"].shape == (64,) and weight.dtype == np.int8
+        assert weight.shape == ((4, cfg.d_model // 2, 32) if native else (cfg.d_model, 64))
 
 
 @pytest.mark.parametrize("placement", [dict(), dict(devices=2, parallel="split")])
