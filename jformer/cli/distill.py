@@ -92,9 +92,8 @@ def run(args: argparse.Namespace) -> None:
         kwargs["return_scores"] = True
     translator = load_translator(args)
     translator.translate([], **kwargs)  # checks the search arguments before any work
-    from jformer.inference.keys import row_key_data
-
     from jformer.inference import OverlongWarning
+    from jformer.inference.keys import row_key_data
 
     truncated = []
 

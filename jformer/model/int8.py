@@ -278,23 +278,23 @@ class Int8Layout:
     def listed(self, model, params: PyTree, prepared: PyTree, ids_C: Array) -> PyTree:
         """The base's shortlist collection with the listed columns quantized per column
         (packed by the kernel where ``prepare`` marked ``NATIVE``) as ``output``."""
-        node = dict(self.base.listed(model, params, prepared, ids_C)["decoder"]["step_output"])
+        base = self.base.listed(model, params, prepared, ids_C)["decoder"]
+        node = dict(base[self.output_module])
         w = {"output": quantize_weight(node.pop("output_DC"))}
-        if NATIVE in prepared.get(COLLECTION, {}):
+        if _native(prepared):
             w = self.kernel.pack(w)
         return {"decoder": {self.output_module: {**node, **w}}}
 
     def listed_ops(self, step_ops, prepared: PyTree):
         """``step_ops`` with the int8 shortlisted output (the kernel's where ``NATIVE``)."""
-        native = NATIVE in prepared.get(COLLECTION, {})
-        listed = self.kernel.listed if native else Int8ShortlistOutput
+        listed = self.kernel.listed if _native(prepared) else Int8ShortlistOutput
         return dataclasses.replace(step_ops, step_output=listed.of)
 
     def step_ops(self, ops, prepared: PyTree, rows: int):
         """The base's step set with the int8 dense layer, attention and output (the
         kernel's forms where ``prepare`` marked ``NATIVE``)."""
         step = self.base.step_ops(ops, prepared, rows)
-        native = NATIVE in prepared.get(COLLECTION, {})
+        native = _native(prepared)
         forms = {f: (k if native else x) for f, x, k in self.attention}
         if forms.get(step.attention) is None:
             raise TypeError(f"no int8 form of the attention {step.attention.__name__} "
@@ -305,3 +305,8 @@ class Int8Layout:
                                        step_output=self.kernel.output.of)
         return dataclasses.replace(step, dense=Int8Dense, attention=forms[step.attention],
                                    step_output=Int8Output.of)
+
+
+def _native(prepared: PyTree) -> bool:
+    """Whether ``Int8Layout.prepare`` marked ``prepared`` for the kernel's forms."""
+    return NATIVE in prepared.get(COLLECTION, {})
