@@ -1,10 +1,11 @@
 """jformer's C++ decode-step kernels, reached through XLA's FFI, and how they are built.
 
 The sources in csrc/ (``rows_matmul.cc``: jformer.kernels.rows_matmul; ``attention.cc``:
-jformer.kernels.native_attention; ``int8_matmul.cc``: jformer.kernels.int8_matmul; ``parallel.h``: the work sharing over XLA's intra-op
-threads; ``vec.h``: the 16-float vector and its loads; ``vexp.h``: exp 16 lanes at a
-time) are compiled into one library on first use, with the C++ compiler (``$CXX``, else
-``g++``) against jaxlib's FFI headers, for this machine's CPU (``-march=native``), into
+jformer.kernels.native_attention; ``int8_matmul.cc`` and ``int8_vnni.cc``:
+jformer.kernels.int8_matmul; ``parallel.h``: the work sharing over XLA's intra-op threads;
+``vec.h``: the 16-float vector and its loads; ``vexp.h``: exp 16 lanes at a time) are
+compiled into one library on first use, with the C++ compiler (``$CXX``, else ``g++``)
+against jaxlib's FFI headers, for this machine's CPU (``-march=native``), into
 ``$JFORMER_KERNEL_CACHE`` (default ``~/.cache/jformer/kernels``), keyed by the sources,
 flags, jaxlib version and CPU, and written atomically. Without a compiler
 :func:`available` warns once and returns False, and decoding keeps XLA's ops.
@@ -25,13 +26,15 @@ from pathlib import Path
 import jax
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = (CSRC / "rows_matmul.cc", CSRC / "attention.cc", CSRC / "int8_matmul.cc")
+SOURCES = (CSRC / "rows_matmul.cc", CSRC / "attention.cc", CSRC / "int8_matmul.cc",
+           CSRC / "int8_vnni.cc")
 HEADERS = (CSRC / "parallel.h", CSRC / "vec.h", CSRC / "vexp.h")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
 # the library's handler symbols -> the FFI targets they are registered as (platform cpu)
 TARGETS = {"JformerRowsMatmul": "jformer_rows_matmul",
            "JformerBeamSlotAttention": "jformer_beam_slot_attention",
-           "JformerInt8Matmul": "jformer_int8_matmul"}
+           "JformerInt8Matmul": "jformer_int8_matmul",
+           "JformerInt8Vnni": "jformer_int8_vnni"}
 
 log = logging.getLogger(__name__)
 

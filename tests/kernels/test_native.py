@@ -52,7 +52,8 @@ def test_every_kernel_is_registered():
     library = ctypes.cdll.LoadLibrary(str(native._library_path()))
     assert all(hasattr(library, symbol) for symbol in native.TARGETS)
     assert sorted(native.TARGETS.values()) == ["jformer_beam_slot_attention",
-                                               "jformer_int8_matmul", "jformer_rows_matmul"]
+                                               "jformer_int8_matmul", "jformer_int8_vnni",
+                                               "jformer_rows_matmul"]
 
 
 def test_a_compiler_that_fails_midway_leaves_nothing_in_the_cache(tmp_path):

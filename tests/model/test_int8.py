@@ -106,8 +106,8 @@ def test_the_kernel_step_equals_xlas_int8_step(variant):
     kernel, kernel_hlo, kernel_prep = _step_logits(cfg, params, True)
     assert int8.NATIVE in kernel_prep[int8.COLLECTION]
     assert int8.NATIVE not in xla_prep[int8.COLLECTION]
-    assert kernel_hlo.count(int8_matmul.TARGET) == 6 * cfg.num_decoder_layers + 1
-    assert int8_matmul.TARGET not in xla_hlo
+    assert kernel_hlo.count(int8_matmul.form().target) == 6 * cfg.num_decoder_layers + 1
+    assert int8_matmul.form().target not in xla_hlo
     np.testing.assert_allclose(kernel, xla, rtol=1e-6, atol=1e-6)
 
 

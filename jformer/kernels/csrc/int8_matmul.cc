@@ -1,5 +1,6 @@
-// y [M, N] = (r_m s_n) sum_k xq[m, k] wq[k, n]: an int8 decode step's product (the plain form
-// and the math: jformer/model/int8.py; the Python side: jformer/kernels/int8_matmul.py).
+// y [M, N] = (r_m s_n) sum_k xq[m, k] wq[k, n]: an int8 decode step's product on AVX2 (the plain
+// form and the math: jformer/model/int8.py; the Python side: jformer/kernels/int8_matmul.py;
+// the AVX-512 VNNI form: int8_vnni.cc).
 //
 // x [M, K] float32 is quantized here, per row: r_m = max_k |x[m, k]| * (1 / 127) (1 for a zero
 // row), xq = round-half-even(x * (1 / r_m)) in [-127, 127], held as int16 pairs. The weight
@@ -42,11 +43,11 @@ void quantize_rows(const float* x, int64_t K, int64_t P, int32_t* xq, float* r, 
     float amax = 0.0f;
     for (int64_t k = 0; k < K; ++k) amax = std::fabs(row[k]) > amax ? std::fabs(row[k]) : amax;
     const float scale = amax > 0.0f ? amax * (1.0f / 127.0f) : 1.0f;  // as the plain form
+    const float inv = 1.0f / scale;  // x * (1 / r_m), as the plain form
     r[m] = scale;
     int16_t* q = reinterpret_cast<int16_t*>(xq + m * P);
     int64_t k = 0;
 #if defined(__AVX2__)
-    const float inv = 1.0f / scale;  // x * (1 / r_m), as the plain form
     const __m256 s = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f),
                  hi = _mm256_set1_ps(127.0f);
     for (; k + 8 <= K; k += 8) {
