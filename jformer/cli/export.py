@@ -90,7 +90,7 @@ def _jax_arguments(p: argparse.ArgumentParser) -> None:
                         "padding); each output contains its phrases (--method beam)")
     p.add_argument("--dtype", choices=DECODE_DTYPES, default=None,
                    help="decode.dtype of the programs (default: the run's); int8: int8 "
-                        "decode-step products, quantized inside each program")
+                        "encoder and decode-step products, quantized inside each program")
     p.add_argument("--shortlist", default=None, metavar="FILE",
                    help="a vocabulary shortlist (jformer shortlist): the export also holds "
                         "programs taking shortlist_C, the only ids a batch's steps score "

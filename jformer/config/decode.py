@@ -45,9 +45,9 @@ class DecodeConfig:
     shrink_floor: int = 8
     # auto: float32 on a CPU, model.dtype on an accelerator | model: decode in model.dtype |
     # float32 | bfloat16: bf16 weight matrices, activations and KV cache | int8: the
-    # decoder's step products int8 (weights per column, rows per product; float32
-    # activations and cache) (jformer.inference.precision; BLEU cost and speed:
-    # docs/results.md)
+    # encoder's and the decoder step's weight products int8 (weights per column, rows per
+    # product; float32 activations and cache) (jformer.inference.precision; BLEU cost and
+    # speed: docs/results.md)
     dtype: str = "auto"
     # Word alignments (jformer.inference.alignment): the decoder layer whose
     # cross-attention is read (an index; negative counts from the end; None: the last,

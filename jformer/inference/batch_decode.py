@@ -154,11 +154,20 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
 
 
 def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
-                    max_len: int, beam_size: int | None = None) -> DecodeCache:
+                    max_len: int, beam_size: int | None = None,
+                    prepared: PyTree | None = None) -> DecodeCache:
     """Runs the encoder once and builds the cache (cross K/V projected once per source);
-    ``beam_size``: self-attention buffers for that many hypotheses per source."""
+    ``beam_size``: self-attention buffers for that many hypotheses per source. With
+    ``prepared`` (:func:`prepare`) the encoder runs with the set the cache layout gives
+    for it (int8: its products int8); without, with the model's own set (float). The
+    cross K/V are projected in the compute dtype."""
     variables = {"params": params}
-    encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
+    if prepared is not None:
+        model_ops = model.ops.cache.encoder_ops(model.ops, prepared)
+        encoded_BSD = Transformer(model.cfg, model_ops).apply(
+            {**variables, **prepared}, inputs_BS, method=Transformer.encode)
+    else:
+        encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
     return model.apply(variables, encoded_BSD, inputs_BS, max_len, beam_size,
                        method=Transformer.init_decode_state)
 
@@ -205,7 +214,7 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
     model = Transformer(model_cfg, ops)
     beam = spec.method == "beam"
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
-                            ops.cache.beam_rows(spec.beam_size) if beam else None)
+                            ops.cache.beam_rows(spec.beam_size) if beam else None, prepared)
     shortlist = None if shortlist_C is None else ops.cache.listed(model, params, prepared,
                                                                    shortlist_C)
     step_fn, state = make_step_fn(model, params, cache, valid_B, prepared, shortlist)

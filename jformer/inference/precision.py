@@ -9,11 +9,13 @@
                 once, bfloat16 activations and KV cache; vectors (biases, LayerNorm
                 scale and offset) stay float32, as do the attention softmax, the logits
                 and the scores.
-    "int8"      float32 activations and KV cache, and the decoder's step products int8:
-                each weight matrix quantized once per output column, each product's
-                rows as it runs, int32 sums (:mod:`jformer.model.int8`); the encoder and
-                the cross keys and values stay float32. Teacher-forced scoring and
-                alignment (``Translator.score``, ``align``) run float32.
+    "int8"      float32 activations and KV cache, and the encoder's and the decoder
+                step's weight products int8: each weight matrix quantized once per
+                output column, each product's rows as it runs, int32 sums
+                (:mod:`jformer.model.int8`); the cross keys and values (projected once
+                per source), layer norms and attention's own products stay float32.
+                Teacher-forced scoring and alignment (``Translator.score``, ``align``)
+                run float32.
 
 bfloat16 halves the bytes each decoder step reads (weights and cache). On a CPU it is
 still the slower choice: XLA:CPU's bfloat16 products are slower than its float32 ones, and

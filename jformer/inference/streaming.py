@@ -119,7 +119,7 @@ def _start(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: Array, k
     model = Transformer(model_cfg, ops)
     beam = spec.method == "beam"
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
-                            ops.cache.beam_rows(spec.beam_size) if beam else None)
+                            ops.cache.beam_rows(spec.beam_size) if beam else None, prepared)
     _, state = make_step_fn(model, params, cache, valid_B, prepared)
     return cache, _search(model_cfg, ops, spec, keys_B, alpha, temperature).init(state)
 

@@ -390,6 +390,6 @@ class Translator:
     def step_fn(self, inputs_BS: Array, max_len: int) -> tuple[search.StepFn, PyTree]:
         """(step_fn, state) over the cache for source ids [B, S], as the searches use it."""
         model = Transformer(self.model_cfg, self.ops)
-        init = jax.jit(lambda p, x: encode_and_init(model, p, x, max_len))
-        cache = init(self.params, jnp.asarray(inputs_BS))
+        init = jax.jit(lambda p, q, x: encode_and_init(model, p, x, max_len, prepared=q))
+        cache = init(self.params, self.prepared, jnp.asarray(inputs_BS))
         return make_step_fn(model, self.params, cache, prepared=self.prepared)

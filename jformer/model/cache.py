@@ -85,6 +85,10 @@ class CacheLayout:
         for a program serialized to run without this package."""
         return {}
 
+    def encoder_ops(self, ops, prepared: PyTree):
+        """The set the encoder runs with ``prepared``: ``ops``."""
+        return ops
+
     def step_ops(self, ops, prepared: PyTree, rows: int):
         return ops
 

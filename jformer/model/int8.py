@@ -13,12 +13,13 @@ y[m, n] = (r_m s_n) sum_k x_q[m, k] W_q[k, n]. Values stay in [-127, 127] (symme
 zero point), so an all-zero row or column has scale 1 and quantizes to zeros.
 
 :func:`matmul` is the plain form, XLA's int8 dot (``lax.dot_general`` int8 x int8 ->
-int32): it lowers on every platform (CPU, CUDA, TPU). :func:`quantize_decoder` builds, once
-per model, the variable collection ``COLLECTION`` that mirrors the decoder's params with
-every matrix of its step quantized (:func:`map_step_matrices`, which the CPU set's
-packing shares), and the output projection [D, V] as ``output`` of the step-output module; the
-modules below read it. The encoder, the cross-attention keys and values (projected once
-per source) and the embedding lookup stay in the compute dtype.
+int32): it lowers on every platform (CPU, CUDA, TPU). :func:`quantize_model` builds, once
+per model, the variable collection ``COLLECTION`` that mirrors the encoder's and the
+decoder's params with every matrix of the encoder and of a decoder step quantized
+(:func:`map_step_matrices`, which the CPU set's packing shares), and the output projection
+[D, V] as ``output`` of the step-output module; the modules below read it. The
+cross-attention keys and values (projected once per source), the embedding lookup, layer
+norms and attention's own products stay in the compute dtype.
 
 :class:`Int8Layout` makes any set's decode steps int8 (``jformer.ops.resolve(...,
 int8=True)`` builds it once): it prepares the collection beside what its base layout
@@ -112,17 +113,19 @@ def map_step_matrices(tree: dict, fn) -> dict:
 
 
 @jax.jit
-def _quantize(decoder_params: PyTree, output_DV: Array) -> tuple[PyTree, dict]:
-    return map_step_matrices(decoder_params, quantize_weight), quantize_weight(output_DV)
+def _quantize(params: PyTree, output_DV: Array) -> tuple[PyTree, PyTree, dict]:
+    return (map_step_matrices(params["encoder"], quantize_weight),
+            map_step_matrices(params["decoder"], quantize_weight), quantize_weight(output_DV))
 
 
-def quantize_decoder(decoder_params: PyTree, output_DV: Array, output_module: str) -> PyTree:
-    """The ``COLLECTION`` of an int8 decode step: every weight matrix the decoder's step
-    multiplies by, quantized (:func:`quantize_weight`) under its module's path in
-    ``params["decoder"]``, and the output projection [D, V] (tied: the embedding
-    transposed) as ``output`` of the decoder's submodule ``output_module``."""
-    layers, output = _quantize(decoder_params, output_DV)
-    return {"decoder": {**layers, output_module: {"output": output}}}
+def quantize_model(params: PyTree, output_DV: Array, output_module: str) -> PyTree:
+    """The ``COLLECTION`` of int8 decoding: every weight matrix the encoder and a decoder
+    step multiply by, quantized (:func:`quantize_weight`) under its module's path in
+    ``params`` (the cross-attention keys and values, projected once per source, stay
+    float), and the output projection [D, V] (tied: the embedding transposed) as
+    ``output`` of the decoder's submodule ``output_module``."""
+    encoder, decoder, output = _quantize(params, output_DV)
+    return {"encoder": encoder, "decoder": {**decoder, output_module: {"output": output}}}
 
 
 class Int8Dense(nn.Module):
@@ -265,11 +268,11 @@ class Int8Layout:
         return self.base.rows_max(prepared)
 
     def prepare(self, model, params: PyTree, portable: bool = False) -> PyTree:
-        """The base's collections, and ``COLLECTION``: :func:`quantize_decoder`, packed by
+        """The base's collections, and ``COLLECTION``: :func:`quantize_model`, packed by
         the kernel and marked ``NATIVE`` where it runs and the program is not ``portable``
         (the serialized program could not call it)."""
         out = dict(self.base.prepare(model, params, portable))
-        q = quantize_decoder(params["decoder"], _output_DV(model, params), self.output_module)
+        q = quantize_model(params, _output_DV(model, params), self.output_module)
         if self.kernel is not None and not portable and self.kernel.available():
             q = {**self.kernel.pack(q), NATIVE: jnp.zeros((0,), jnp.float32)}
         out[COLLECTION] = q
@@ -290,20 +293,33 @@ class Int8Layout:
         listed = self.kernel.listed if _native(prepared) else Int8ShortlistOutput
         return dataclasses.replace(step_ops, step_output=listed.of)
 
+    def _forms(self, ops, prepared: PyTree) -> tuple[bool, type]:
+        """(the kernel's forms?, the int8 form of ``ops.attention``)."""
+        native = _native(prepared)
+        forms = {f: (k if native else x) for f, x, k in self.attention}
+        if forms.get(ops.attention) is None:
+            raise TypeError(f"no int8 form of the attention {ops.attention.__name__} "
+                            f"(native kernel: {native})")
+        return native, forms[ops.attention]
+
+    def encoder_ops(self, ops, prepared: PyTree):
+        """The base's encoder set with the int8 dense layer and attention projections
+        (the kernel's forms where ``prepare`` marked ``NATIVE``), as CTranslate2's int8
+        encodes."""
+        ops = self.base.encoder_ops(ops, prepared)
+        native, attention = self._forms(ops, prepared)
+        return dataclasses.replace(ops, dense=self.kernel.dense if native else Int8Dense,
+                                   attention=attention)
+
     def step_ops(self, ops, prepared: PyTree, rows: int):
         """The base's step set with the int8 dense layer, attention and output (the
         kernel's forms where ``prepare`` marked ``NATIVE``)."""
         step = self.base.step_ops(ops, prepared, rows)
-        native = _native(prepared)
-        forms = {f: (k if native else x) for f, x, k in self.attention}
-        if forms.get(step.attention) is None:
-            raise TypeError(f"no int8 form of the attention {step.attention.__name__} "
-                            f"(native kernel: {native})")
+        native, attention = self._forms(step, prepared)
         if native:
-            return dataclasses.replace(step, dense=self.kernel.dense,
-                                       attention=forms[step.attention],
+            return dataclasses.replace(step, dense=self.kernel.dense, attention=attention,
                                        step_output=self.kernel.output.of)
-        return dataclasses.replace(step, dense=Int8Dense, attention=forms[step.attention],
+        return dataclasses.replace(step, dense=Int8Dense, attention=attention,
                                    step_output=Int8Output.of)
 
 

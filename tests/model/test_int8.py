@@ -81,11 +81,14 @@ def test_an_int8_step_is_near_the_float32_step_and_runs_int8_products(variant):
     params = _params(cfg)
     want, _, _ = _step_logits(cfg, params, False)
     got, hlo, prepared = _step_logits(cfg, params, True, portable=True)
-    # every matrix a step multiplies by: 4 per attention pair, 2 FFN, per layer; the output
-    weights = [x for p, x in jax.tree_util.tree_leaves_with_path(prepared[int8.COLLECTION])
-               if jax.tree_util.keystr(p).endswith("['q']")]
-    assert len(weights) == 6 * cfg.num_decoder_layers + 1
-    assert all(w.dtype == jnp.int8 for w in weights)
+    # every matrix a step multiplies by: 4 per attention pair, 2 FFN, per layer; the
+    # output; and the encoder's: self-attention's 2 and the FFN's 2 per layer
+    for part, count in (("decoder", 6 * cfg.num_decoder_layers + 1),
+                        ("encoder", 4 * cfg.num_encoder_layers)):
+        weights = [x for p, x in jax.tree_util.tree_leaves_with_path(
+            prepared[int8.COLLECTION][part]) if jax.tree_util.keystr(p).endswith("['q']")]
+        assert len(weights) == count, part
+        assert all(w.dtype == jnp.int8 for w in weights)
     assert hlo.count("xi8>") > 0 and "dot_general" in hlo
     assert not np.array_equal(got, want)  # quantized, not the float32 step
     np.testing.assert_allclose(got, want, atol=0.05 * np.abs(want).max())
@@ -127,6 +130,49 @@ def test_searches_over_the_kernel_equal_xlas_int8_searches(method, beam):
                         model_cfg=CFG, ops=ops, spec=spec) for portable in (True, False)]
     np.testing.assert_array_equal(out[1].tokens, out[0].tokens)
     np.testing.assert_allclose(out[1].scores, out[0].scores, rtol=1e-5, atol=1e-5)
+
+
+def _encoded(cfg, params, int8_steps: bool, portable: bool = False):
+    """The encoder output of the int8 layout's encoder set (or the float model's), and the
+    HLO of its program."""
+    model = Transformer(cfg, resolve(cfg, int8=int8_steps))
+    prepared = model.ops.cache.prepare(model, params, portable=portable)
+    inputs = jnp.asarray(np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], np.int32))
+    encoder = Transformer(cfg, model.ops.cache.encoder_ops(model.ops, prepared))
+    encode = jax.jit(lambda v, x: encoder.apply(v, x, method=Transformer.encode))
+    variables = {"params": params, **prepared}
+    return np.asarray(encode(variables, inputs)), encode.lower(variables, inputs).as_text()
+
+
+@pytest.mark.parametrize("variant", [dict(), pytest.param(dict(ops="plain"), marks=SLOW)])
+def test_the_int8_encoder_is_near_the_float_encoder_and_runs_int8_products(variant):
+    cfg = dataclasses.replace(CFG, **variant)
+    params = _params(cfg)
+    want, float_hlo = _encoded(cfg, params, False)
+    got, hlo = _encoded(cfg, params, True, portable=True)
+    assert "xi8>" not in float_hlo and hlo.count("xi8>") > 0
+    assert not np.array_equal(got, want)  # quantized, not the float32 encoder
+    np.testing.assert_allclose(got, want, atol=0.05 * np.abs(want).max())
+    if int8_matmul.wanted() and cfg.ops == "cpu":  # the kernel: XLA's int8 encoder's values
+        kernel, kernel_hlo = _encoded(cfg, params, True)
+        assert kernel_hlo.count(int8_matmul.form().target) == 4 * cfg.num_encoder_layers
+        np.testing.assert_allclose(kernel, got, rtol=1e-5, atol=1e-5)
+
+
+def test_without_prepared_weights_the_encoder_stays_float():
+    """encode_and_init without ``prepared`` runs the model's own (float) encoder: the
+    cache's cross keys and values equal the float model's."""
+    params = _params(CFG)
+    inputs = jnp.asarray(np.array([[5, 6, 7, 3]], np.int32))
+    float_model = Transformer(CFG, resolve(CFG))
+    int8_model = Transformer(CFG, resolve(CFG, int8=True))
+    prepared = int8_model.ops.cache.prepare(int8_model, params)
+    caches = [encode_and_init(m, params, inputs, 6, prepared=p) for m, p in
+              ((float_model, None), (int8_model, None), (int8_model, prepared))]
+    leaves = [jax.tree.leaves(c) for c in caches]
+    for a, b in zip(leaves[1], leaves[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not all(np.array_equal(a, b) for a, b in zip(leaves[2], leaves[0]))
 
 
 def test_an_unknown_attention_has_no_int8_form():
