@@ -1,7 +1,8 @@
 """jformer and its peers measured side by side, interleaved in one run: one table of ratios.
 
     python bench/compare.py [--train-configs small,base] [--dtypes float32,bfloat16,int8]
-        [--decode-shapes 32x1,32x4,1x1,1x4] [--peers flax,marian,ct2] [--rounds 3]
+        [--decode-config small|base] [--decode-shapes 32x1,32x4,1x1,1x4]
+        [--peers flax,marian,ct2] [--rounds 3]
         [--peer-python PY] [--ct2-threads 1,2] [--ct2-mkl 0,1] [--jformer-devices 1,2]
         [--out compare.json] [--quick]
 
@@ -9,8 +10,8 @@ What runs, each measurement in its own process:
 
 - jformer: bench/bench_train.py (one config; several dtypes in one run, interleaved step
   by step, so their ratio compares the same minutes) and bench/bench_decode.py (the
-  small config, one batch x beam shape, one dtype; int8 decodes only), decoding once per
-  device setting
+  --decode-config model, small by default; one batch x beam shape, one dtype; int8
+  decodes only), decoding once per device setting
   (``--devices n`` for each n of --jformer-devices that divides a batch over 1: the batch
   decoded data-parallel over n CPU devices, as ``jformer translate --devices n`` does);
   the best setting counts, as CTranslate2's does;
@@ -70,7 +71,7 @@ PEER_MODULES = {"marian": ("torch", "transformers"),
                 "ct2": ("torch", "transformers", "ctranslate2")}
 CT2_BACKENDS = {"0": "oneDNN", "1": "MKL"}  # CT2_USE_MKL: CTranslate2's matrix library
 TORCH_THREADS = 2  # peer_torch.py's setting for torch and CTranslate2's default worker
-DECODE_CONFIG = "small"
+DECODE_CONFIG = "small"  # --decode-config's default
 
 
 @dataclasses.dataclass
@@ -97,6 +98,8 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--train-configs", default="small,base", help="'' for no training")
     p.add_argument("--dtypes", default="float32,bfloat16",
                    help="jformer's compute dtypes (int8: decoding only, decode.dtype=int8)")
+    p.add_argument("--decode-config", default=DECODE_CONFIG, choices=("small", "base"),
+                   help="the model every side decodes")
     p.add_argument("--decode-shapes", default="32x1,32x4,1x1,1x4",
                    help="batch x beam of the small config ('' for no decoding)")
     p.add_argument("--peers", default=",".join(PEERS), help="of flax, marian, ct2")
@@ -251,7 +254,7 @@ def decode_jobs(args, batch: int, beam: int, peers: list[str], tmp: str,
     group = _shape_name(batch, beam)
     ours = [Job(group, f"jformer {d}", [
         sys.executable, os.path.join(REPO, "bench", "bench_decode.py"), "--configs",
-        DECODE_CONFIG, "--batches", str(batch), "--beams", str(beam), "--dtype", d,
+        args.decode_config, "--batches", str(batch), "--beams", str(beam), "--dtype", d,
         "--repeats", str(args.decode_calls), "--recompute", "none", "--no-floor",
         "--devices", str(n)], "cached",
         json_path=os.path.join(tmp, f"decode-{batch}x{beam}-{d}-{n}.json"), peer=False,
@@ -261,19 +264,20 @@ def decode_jobs(args, batch: int, beam: int, peers: list[str], tmp: str,
     theirs = []
     if "flax" in peers:
         theirs.append(Job(group, "Flax WMT", _flax_worker(
-            "--part", "decode", "--config", DECODE_CONFIG, "--batch", batch, "--beam", beam,
+            "--part", "decode", "--config", args.decode_config, "--batch", batch,
+            "--beam", beam,
             "--warmup", args.warmup, "--decode-calls", args.decode_calls,
             "--decode-min-seconds", 0), "gen_tokens_per_s"))
     reps = dict(min_reps=args.decode_calls, budget_s=0.0, max_reps=args.decode_calls)
     if "marian" in peers:
         theirs.append(Job(group, "HF Marian", _torch_worker(args, dict(
-            task="generate", config=DECODE_CONFIG, batch=batch, beams=beam, **reps)),
+            task="generate", config=args.decode_config, batch=batch, beams=beam, **reps)),
             "tokens_per_s"))
     if "ct2" in peers:
         for ct, setting, mkl in itertools.product(("float32", "int8"), ct2_settings(
                 batch, [int(n) for n in _list(args.ct2_threads)]), _list(args.ct2_mkl)):
             inter, intra, most = setting
-            spec = dict(task="ct2", config=DECODE_CONFIG, batch=batch, beams=beam,
+            spec = dict(task="ct2", config=args.decode_config, batch=batch, beams=beam,
                         compute_type=ct, model_dir=ct2_dir, inter_threads=inter,
                         intra_threads=intra, max_batch_size=most, **reps)
             theirs.append(Job(group, f"CTranslate2 {ct}", _torch_worker(args, spec),
@@ -359,7 +363,7 @@ def run_measured(argv: list[str], env: dict, timeout: float, cwd: str) -> Finish
 def prepare_ct2(args, env: dict, tmp: str) -> tuple[str, str]:
     """(CTranslate2 model directory, error): peer_torch.py converts its random Marian."""
     job = Job("prepare", "CTranslate2", _torch_worker(args, dict(
-        task="prepare", config=DECODE_CONFIG, workdir=os.path.join(tmp, "peer-models"))),
+        task="prepare", config=args.decode_config, workdir=os.path.join(tmp, "peer-models"))),
         "ct2_vocab")
     out = run_job(job, env, args.timeout, tmp)
     return (out["result"]["ct2_dir"], "") if "error" not in out else ("", out["error"])
@@ -459,7 +463,8 @@ def main(argv=None) -> int:
           f"{meta['cpus']}; every process, jformer's and the peers', runs with "
           f"GLIBC_TUNABLES={env['GLIBC_TUNABLES']}; torch and CTranslate2 with OMP/MKL "
           f"threads {TORCH_THREADS}; peers in float32. Training: 64 x 32 source x 32 target "
-          f"tokens; decoding: small, 32 source tokens, exactly 32 generated per sentence.",
+          f"tokens; decoding: {args.decode_config}, 32 source tokens, exactly 32 generated "
+          f"per sentence.",
           flush=True)
     for peer, how in missing.items():
         print(f"peer {peer} skipped: {how}", flush=True)
