@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
+import sys
 import time
 
 import jax
@@ -22,6 +22,9 @@ import numpy as np
 
 from jformer.kernels import int8_matmul, native
 from jformer.model import int8
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import cpu_name  # noqa: E402
 
 SHAPES = "1x256x1024,4x512x512,4x512x8000,32x256x1024,32x256x8192,32x512x2048,128x512x2048,128x2048x512,256x512x2048"
 
@@ -36,13 +39,6 @@ def best_us(fn, args, calls: int, timings: int) -> float:
         out.block_until_ready()
         best = min(best, (time.perf_counter() - start) / calls)
     return best * 1e6
-
-
-def cpu_name() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main() -> None:

@@ -41,7 +41,6 @@ import dataclasses
 import itertools
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -53,7 +52,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 sys.path[:0] = [REPO, BENCH]
 
-from compare import CT2_BACKENDS, ct2_detail, ct2_settings  # noqa: E402
+from compare import CT2_BACKENDS, cpu_name, ct2_detail, ct2_settings  # noqa: E402
 
 
 def _list(text: str) -> list[str]:
@@ -319,8 +318,7 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="bench-translate-file-")
     try:
         src, sources, refs = inputs(args, tmp)
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                    if line.startswith("model name")), platform.processor())
+        cpu = cpu_name()
         print(f"{len(sources)} sentences, {args.workdir} ({args.checkpoint or 'latest'}), "
               f"{cpu}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
               flush=True)

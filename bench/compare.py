@@ -47,6 +47,7 @@ import dataclasses
 import itertools
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -369,12 +370,21 @@ def prepare_ct2(args, env: dict, tmp: str) -> tuple[str, str]:
     return (out["result"]["ct2_dir"], "") if "error" not in out else ("", out["error"])
 
 
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else ``platform.processor()``, else "unknown
+    CPU"."""
+    fallback = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), fallback)
+    except OSError:
+        return fallback
+
+
 def run_meta(env: dict) -> dict:
     """When, on what CPU, and which Flax example (its COMMIT file, if unpacked so)."""
-    cpu = "unknown CPU"
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f
-                    if line.startswith("model name")), cpu)
+    cpu = cpu_name()
     commit, folder = None, env["FLAX_WMT_DIR"]
     for _ in range(3):
         folder = os.path.dirname(folder)

@@ -162,12 +162,10 @@ def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
     for it (int8: its products int8); without, with the model's own set (float). The
     cross K/V are projected in the compute dtype."""
     variables = {"params": params}
-    if prepared is not None:
-        model_ops = model.ops.cache.encoder_ops(model.ops, prepared)
-        encoded_BSD = Transformer(model.cfg, model_ops).apply(
-            {**variables, **prepared}, inputs_BS, method=Transformer.encode)
-    else:
-        encoded_BSD = model.apply(variables, inputs_BS, method=Transformer.encode)
+    encoder = model if prepared is None else Transformer(
+        model.cfg, model.ops.cache.encoder_ops(model.ops, prepared))
+    encoded_BSD = encoder.apply({**variables, **(prepared or {})}, inputs_BS,
+                                method=Transformer.encode)
     return model.apply(variables, encoded_BSD, inputs_BS, max_len, beam_size,
                        method=Transformer.init_decode_state)
 

@@ -128,7 +128,7 @@ def _pack_tree(tree: PyTree, as_form: Form) -> PyTree:
 
 @functools.partial(jax.jit, static_argnames="as_form")
 def pack(tree: PyTree, as_form: Form | None = None) -> PyTree:
-    """quantize_decoder's collection -> the kernel's form (default: :func:`form`)."""
+    """quantize_model's collection -> the kernel's form (default: :func:`form`)."""
     return _pack_tree(tree, as_form or form())
 
 

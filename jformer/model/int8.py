@@ -293,34 +293,31 @@ class Int8Layout:
         listed = self.kernel.listed if _native(prepared) else Int8ShortlistOutput
         return dataclasses.replace(step_ops, step_output=listed.of)
 
-    def _forms(self, ops, prepared: PyTree) -> tuple[bool, type]:
-        """(the kernel's forms?, the int8 form of ``ops.attention``)."""
+    def _forms(self, ops, prepared: PyTree) -> tuple[type, type, type]:
+        """The int8 dense layer, form of ``ops.attention`` and step output: the kernel's
+        where ``prepare`` marked ``NATIVE``, else over XLA's int8 dot."""
         native = _native(prepared)
         forms = {f: (k if native else x) for f, x, k in self.attention}
         if forms.get(ops.attention) is None:
             raise TypeError(f"no int8 form of the attention {ops.attention.__name__} "
                             f"(native kernel: {native})")
-        return native, forms[ops.attention]
+        if native:
+            return self.kernel.dense, forms[ops.attention], self.kernel.output
+        return Int8Dense, forms[ops.attention], Int8Output
 
     def encoder_ops(self, ops, prepared: PyTree):
-        """The base's encoder set with the int8 dense layer and attention projections
-        (the kernel's forms where ``prepare`` marked ``NATIVE``), as CTranslate2's int8
-        encodes."""
+        """The base's encoder set with the int8 dense layer and attention projections,
+        as CTranslate2's int8 encodes."""
         ops = self.base.encoder_ops(ops, prepared)
-        native, attention = self._forms(ops, prepared)
-        return dataclasses.replace(ops, dense=self.kernel.dense if native else Int8Dense,
-                                   attention=attention)
+        dense, attention, _ = self._forms(ops, prepared)
+        return dataclasses.replace(ops, dense=dense, attention=attention)
 
     def step_ops(self, ops, prepared: PyTree, rows: int):
-        """The base's step set with the int8 dense layer, attention and output (the
-        kernel's forms where ``prepare`` marked ``NATIVE``)."""
+        """The base's step set with the int8 dense layer, attention and output."""
         step = self.base.step_ops(ops, prepared, rows)
-        native, attention = self._forms(step, prepared)
-        if native:
-            return dataclasses.replace(step, dense=self.kernel.dense, attention=attention,
-                                       step_output=self.kernel.output.of)
-        return dataclasses.replace(step, dense=Int8Dense, attention=attention,
-                                   step_output=Int8Output.of)
+        dense, attention, output = self._forms(step, prepared)
+        return dataclasses.replace(step, dense=dense, attention=attention,
+                                   step_output=output.of)
 
 
 def _native(prepared: PyTree) -> bool:

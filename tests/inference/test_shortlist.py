@@ -144,12 +144,12 @@ def test_listed_logits_are_the_full_steps_at_the_listed_ids(setup, name):
     assert (short_NV[:, others] <= NEG_INF).all()
     if int8:  # the listed columns are int8, packed for the kernel where it runs
         w = listed["decoder"]["step_output"]["output"]
-        if native:  # the process's form: AVX2's int16 pairs or VNNI's unsigned quads
-            form = int8_matmul.form()
-            want = (form.dtype, (4, cfg.d_model // form.depth, 16 * form.depth))
-        weight = w["packed"] if native else w["q"]
+        form = int8_matmul.form()  # native: AVX2's int16 pairs or VNNI's unsigned quads
+        weight, want = ((w["packed"], (form.dtype, (4, cfg.d_model // form.depth,
+                                                    16 * form.depth)))
+                        if native else (w["q"], (np.int8, (cfg.d_model, 64))))
         assert w["scale"].shape == (64,)
-        assert (weight.dtype, weight.shape) == (want if native else (np.int8, (cfg.d_model, 64)))
+        assert (weight.dtype, weight.shape) == want
 
 
 @pytest.mark.parametrize("placement", [dict(), dict(devices=2, parallel="split")])
