@@ -24,7 +24,7 @@ from jformer.kernels import int8_matmul, native
 from jformer.model import int8
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import cpu_name  # noqa: E402
+from compare import cpu_features, cpu_name  # noqa: E402
 
 SHAPES = "1x256x1024,4x512x512,4x512x8000,32x256x1024,32x256x8192,32x512x2048,128x512x2048,128x2048x512,256x512x2048"
 
@@ -50,11 +50,8 @@ def main() -> None:
     if not native.available():
         raise SystemExit("the kernels' library did not build or load (see the warning)")
     forms = [f for f in int8_matmul.FORMS if f.fits_cpu()]
-    features = [f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "amx_int8")
-                if f in native.cpu_flags().split()]
     print(f"{cpu_name()}, {jax.local_device_count()} device(s), "
-          f"{len(os.sched_getaffinity(0))} CPUs; features: "
-          f"{' '.join(features)}; jax {jax.__version__}; best of {args.timings} x "
+          f"{len(os.sched_getaffinity(0))} CPUs; features: {cpu_features()}; jax {jax.__version__}; best of {args.timings} x "
           f"{args.calls} calls, microseconds\n")
     heads = ["x [M, K] . w [K, N]", "f32", "XLA int8"] + [f.name for f in forms]
     print("| " + " | ".join(heads) + " | f32 / best form |")

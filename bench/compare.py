@@ -382,6 +382,15 @@ def cpu_name() -> str:
         return fallback
 
 
+def cpu_features() -> str:
+    """The vector features of this CPU that jformer's kernels choose by (from
+    /proc/cpuinfo's flags line), space-separated."""
+    from jformer.kernels import native
+    flags = native.cpu_flags().split()
+    return " ".join(f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                                "amx_int8") if f in flags)
+
+
 def run_meta(env: dict) -> dict:
     """When, on what CPU, and which Flax example (its COMMIT file, if unpacked so)."""
     cpu = cpu_name()

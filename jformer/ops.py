@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from jformer.config import ModelConfig, resolve_ops
-from jformer.kernels.attention import INT8_ATTENTION
+from jformer.kernels.int8_attention import INT8_ATTENTION
 from jformer.kernels.int8_matmul import KERNEL as INT8_KERNEL
 from jformer.kernels.ops import cpu_set
 from jformer.model.int8 import STOCK_ATTENTION, Int8Layout

@@ -15,7 +15,7 @@ picks "cpu" on the CPU backend and "plain" elsewhere).
 | attention, decode_cache | ``dot_product_attention`` over [B, M, H, K] caches | heads-first products read in place; slot-addressed beams |
 | topk.fast_argmax / fast_top_k | ``jnp.argmax`` / ``lax.top_k`` | vector reductions instead of element-wise scans |
 | rows_matmul (decode steps, float32) | ``x @ w`` for 1-128 rows | weights packed once, read once per 6 rows by a C++ kernel (XLA FFI) |
-| native_attention (beam steps, float32) | attention.beam_slot_attention | C++ (XLA FFI): only the cache columns written so far scored, each hypothesis' own values summed |
+| native_attention (decode steps, float32) | attention.beam_slot_attention, step_attention (per row), cached_attention (memory) | C++ (XLA FFI): only the cache columns written so far (the memory's valid ones) scored, each hypothesis' own values summed |
 
 Each has a test of values and gradients against its plain form (tests/kernels), and the
 whole model is tested equal under both (tests/model/test_ops_switch.py). What each

@@ -19,8 +19,8 @@ is innermost and copies it otherwise:
 
 :class:`CpuAttention` is :class:`~jformer.model.attention.MultiHeadAttention` with these
 products (same parameters); :class:`PackedAttention` is its float32 decode-step form over
-weights packed once (:mod:`jformer.kernels.rows_matmul`); :class:`NativeBeamAttention`
-takes only its C++ beam attention. Equality with the plain form:
+weights packed once (:mod:`jformer.kernels.rows_matmul`), with the C++ attention steps of
+:mod:`jformer.kernels.native_attention`; :class:`NativeBeamAttention` takes only those. Equality with the plain form:
 tests/kernels/test_attention.py and tests/model/test_ops_switch.py; speed:
 kernels/README.md.
 """
@@ -34,8 +34,6 @@ from jformer.kernels import decode_cache, native_attention, rows_matmul
 from jformer.kernels.bias import add_bias
 from jformer.kernels.dropout import keep_mask
 from jformer.kernels.matmul import dense, einsum
-from jformer.kernels import int8_matmul
-from jformer.model.int8 import Int8Projections
 from jformer.kernels.scope import cpu_kernel
 from jformer.model import masks
 from jformer.model import relative as relpos
@@ -224,15 +222,30 @@ class CpuAttention(MultiHeadAttention):
         # value beside them, so each buffer's update is its only other use and XLA writes it
         # in place. (Read after the update, a buffer is copied every step: XLA fuses the
         # update into the product's batch-merging reshape as well as into the loop carry.)
-        q_BH1K, k_BH1K, v_BH1K = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
-        earlier_T, relative = self.step_positions(index, cache_k.shape[3])
-        ctx_BH1K = step_attention(q_BH1K, cache_k, cache_v, earlier_T[None, None, None, :],
-                                  *self.with_own_offset(k_BH1K, v_BH1K), relative)
+        ctx_B1HK = self.row_attention(q, cache_k, cache_v, index, k, v)
         cache_k = lax.dynamic_update_slice(
-            cache_k, k_BH1K.transpose(0, 1, 3, 2).astype(cache_k.dtype), (0, 0, 0, index))
-        cache_v = lax.dynamic_update_slice(cache_v, v_BH1K.astype(cache_v.dtype),
+            cache_k, k.transpose(0, 2, 3, 1).astype(cache_k.dtype), (0, 0, 0, index))
+        cache_v = lax.dynamic_update_slice(cache_v, v.transpose(0, 2, 1, 3).astype(cache_v.dtype),
                                            (0, 0, index, 0))
-        return self.project_output(ctx_BH1K.transpose(0, 2, 1, 3)), (cache_k, cache_v)
+        return self.project_output(ctx_B1HK), (cache_k, cache_v)
+
+    def row_attention(self, q_B1HK: Array, kt_BHKT: Array, v_BHTK: Array, index: Array,
+                      k_B1HK: Array, v_B1HK: Array) -> Array:
+        """One query per row over a per-row cache that does not hold position ``index``
+        yet (keys transposed [B, H, K, T], values [B, H, T, K]) and the row's own key and
+        value: XLA's :func:`step_attention`, with the window and relative positions the
+        module has. Returns [B, 1, H, K]."""
+        q_BH1K, k_BH1K, v_BH1K = (a.transpose(0, 2, 1, 3) for a in (q_B1HK, k_B1HK, v_B1HK))
+        earlier_T, relative = self.step_positions(index, kt_BHKT.shape[3])
+        ctx_BH1K = step_attention(q_BH1K, kt_BHKT, v_BHTK, earlier_T[None, None, None, :],
+                                  *self.with_own_offset(k_BH1K, v_BH1K), relative)
+        return ctx_BH1K.transpose(0, 2, 1, 3)
+
+    def memory_attention(self, q_BHGK: Array, kt_BHKM: Array, v_BHMK: Array,
+                         mask_B11M: Array) -> Array:
+        """G queries of each (row, head) over the encoder memory's decode buffers:
+        XLA's :func:`cached_attention` (its arguments and result)."""
+        return cached_attention(q_BHGK, kt_BHKM, v_BHMK, mask_B11M)
 
     def step_positions(self, index: Array, length: int) -> tuple[Array, Relative | None]:
         """What positions give a decode step at ``index`` over buffers of ``length``
@@ -299,7 +312,7 @@ class CpuAttention(MultiHeadAttention):
         q_N1HK = self.project_query(x_N1D)
         # [B*G, 1, H, K] -> [B, G, H, K] -> [B, H, G, K]: a source's rows as one product
         q_BHGK = q_N1HK.reshape((sources, -1) + q_N1HK.shape[2:]).transpose(0, 2, 1, 3)
-        ctx_BHGK = cached_attention(q_BHGK, kt_BHKM, v_BHMK, mask_B11M)
+        ctx_BHGK = self.memory_attention(q_BHGK, kt_BHKM, v_BHMK, mask_B11M)
         # [B, H, G, K] -> [B, G, H, K] -> [B*G, 1, H, K]
         ctx_N1HK = ctx_BHGK.transpose(0, 2, 1, 3).reshape(q_N1HK.shape)
         return self.project_output(ctx_N1HK)
@@ -308,7 +321,8 @@ class CpuAttention(MultiHeadAttention):
 class PackedAttention(CpuAttention):
     """:class:`CpuAttention` of a float32 decode step: the step's products read the weights
     packed once from the collection ``rows_matmul.COLLECTION`` (:func:`rows_matmul.
-    pack_decoder`), and a beam's self-attention runs :mod:`jformer.kernels.native_attention`."""
+    pack_decoder`), and its attention (beam or per-row self-attention, cross-attention)
+    runs :mod:`jformer.kernels.native_attention`."""
 
     def _packed(self, x_BLD: Array, name: str, columns: int) -> Array:
         packed = self.get_variable(rows_matmul.COLLECTION, name)
@@ -338,44 +352,28 @@ class PackedAttention(CpuAttention):
         assert not positions, f"the native beam kernel takes no {sorted(positions)}"
         return native_attention.beam_slot_attention(*args)
 
+    def row_attention(self, *args) -> Array:
+        assert self.window is None and not self.relative_k, "see slot_attention"
+        return native_attention.row_attention(*args)
+
+    memory_attention = staticmethod(native_attention.memory_attention)
+
 
 class PackedXlaBeamAttention(PackedAttention):
-    """:class:`PackedAttention` with XLA's beam self-attention (:func:`beam_slot_attention`),
-    for models whose step scores hold more than q . k (relative positions, a window)."""
+    """:class:`PackedAttention` with XLA's self-attention steps (:func:`beam_slot_attention`,
+    :func:`step_attention`), for models whose step scores hold more than q . k (relative
+    positions, a window); cross-attention keeps the C++ step."""
 
     slot_attention = CpuAttention.slot_attention
+    row_attention = CpuAttention.row_attention
 
 
 class NativeBeamAttention(CpuAttention):
-    """:class:`CpuAttention` whose float32 beam steps run the C++ beam attention
-    (:mod:`jformer.kernels.native_attention`) over XLA's weight products: the step of a
-    CPU without packed weights (no AVX-512), or of more rows than they serve."""
+    """:class:`CpuAttention` whose float32 decode steps run the C++ attention (beam and
+    per-row self-attention, cross-attention; :mod:`jformer.kernels.native_attention`) over
+    XLA's weight products: the step of a CPU without packed weights (no AVX-512), or of
+    more rows than they serve."""
 
     slot_attention = PackedAttention.slot_attention
-
-
-class Int8CpuAttention(Int8Projections, CpuAttention):
-    """:class:`CpuAttention` of an int8 decode step over XLA's int8 dot
-    (:mod:`jformer.model.int8`)."""
-
-
-class Int8NativeBeamAttention(Int8Projections, NativeBeamAttention):
-    """:class:`NativeBeamAttention` of an int8 decode step over XLA's int8 dot."""
-
-
-class KernelInt8CpuAttention(Int8CpuAttention):
-    """:class:`Int8CpuAttention` over the int8 kernel (:mod:`jformer.kernels.int8_matmul`)."""
-
-    product = staticmethod(int8_matmul.matmul)
-
-
-class KernelInt8NativeBeamAttention(Int8NativeBeamAttention):
-    """:class:`Int8NativeBeamAttention` over the int8 kernel."""
-
-    product = staticmethod(int8_matmul.matmul)
-
-
-# Int8Layout.attention of the CPU set: each float step's attention, its int8 form over
-# XLA's dot, and over the kernel
-INT8_ATTENTION = ((CpuAttention, Int8CpuAttention, KernelInt8CpuAttention),
-                  (NativeBeamAttention, Int8NativeBeamAttention, KernelInt8NativeBeamAttention))
+    row_attention = PackedAttention.row_attention
+    memory_attention = staticmethod(native_attention.memory_attention)

@@ -33,6 +33,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
 # the library's handler symbols -> the FFI targets they are registered as (platform cpu)
 TARGETS = {"JformerRowsMatmul": "jformer_rows_matmul",
            "JformerBeamSlotAttention": "jformer_beam_slot_attention",
+           "JformerMemoryAttention": "jformer_memory_attention",
            "JformerInt8Matmul": "jformer_int8_matmul",
            "JformerInt8Vnni": "jformer_int8_vnni"}
 

@@ -53,6 +53,7 @@ def test_every_kernel_is_registered():
     assert all(hasattr(library, symbol) for symbol in native.TARGETS)
     assert sorted(native.TARGETS.values()) == ["jformer_beam_slot_attention",
                                                "jformer_int8_matmul", "jformer_int8_vnni",
+                                               "jformer_memory_attention",
                                                "jformer_rows_matmul"]
 
 

@@ -1,6 +1,7 @@
-"""jformer.kernels.native_attention: the C++ beam-slot attention step equals its plain form
-(jformer.kernels.attention.beam_slot_attention); a beam search reading packed weights
-runs it (tests/kernels/test_rows_matmul.py checks its tokens and scores)."""
+"""jformer.kernels.native_attention: the C++ attention steps equal their plain forms
+(jformer.kernels.attention's beam_slot_attention, step_attention over a per-row cache,
+cached_attention over the memory); searches reading packed weights run them
+(tests/kernels/test_rows_matmul.py checks their tokens and scores)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,3 +73,76 @@ def test_rejects_bf16_and_mismatched_shapes():
                                            v_own)
     with pytest.raises(ValueError, match=r"kt \(2, 2, 8, 16\) \(expected \(2, 2, 8, 20\)\)"):
         native_attention.beam_slot_attention(q, kt[..., :16], v, slot, 0, k_own, v_own)
+
+
+def _heads_first(x):  # [B, L, H, K] <-> [B, H, L, K]
+    return x.transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("batch, heads, head_dim, max_len", [(1, 1, 1, 1), (3, 4, 16, 9),
+                                                             (2, 8, 64, 33)])
+def test_row_attention_equals_the_per_row_step(batch, heads, head_dim, max_len):
+    rng = np.random.default_rng(max_len)
+    f = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)  # noqa: E731
+    q, k_own, v_own = (f(batch, 1, heads, head_dim) for _ in range(3))
+    kt, v = f(batch, heads, head_dim, max_len), f(batch, heads, max_len, head_dim)
+    for index in sorted({0, 1, max_len // 2, max_len - 1}):
+        earlier = (jnp.arange(max_len) < index)[None, None, None, :]
+        want = _heads_first(attention.step_attention(
+            _heads_first(q), kt, v, earlier, _heads_first(k_own), _heads_first(v_own)))
+        # positions >= index poisoned: the kernel must not read them
+        written = jnp.arange(max_len) < index
+        got = native_attention.row_attention(
+            q, jnp.where(written, kt, 1e30), jnp.where(written[:, None], v, jnp.nan),
+            jnp.int32(index), k_own, v_own)
+        assert got.shape == q.shape
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-6,
+                                   err_msg=f"index {index}")
+
+
+@pytest.mark.parametrize("batch, heads, queries, head_dim, memory", [
+    (1, 1, 1, 1, 1), (3, 4, 1, 16, 11), (2, 8, 4, 64, 40), (2, 2, 5, 7, 17)])
+def test_memory_attention_equals_cached_attention(batch, heads, queries, head_dim, memory):
+    rng = np.random.default_rng(memory)
+    f = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)  # noqa: E731
+    q = f(batch, heads, queries, head_dim)
+    kt, v = f(batch, heads, head_dim, memory), f(batch, heads, memory, head_dim)
+    # a padded row, a row with a hole, and (where there are 3) a row with nothing valid
+    valid = np.ones((batch, memory), bool)
+    valid[0, memory // 2 + 1:] = False
+    if batch > 1 and memory > 2:
+        valid[1, 1] = False
+    if batch > 2:
+        valid[2] = False
+    mask = jnp.asarray(valid)[:, None, None, :]
+    want = attention.cached_attention(q, kt, v, mask)
+    got = jax.jit(native_attention.memory_attention)(q, kt, v, mask)
+    assert got.shape == want.shape and got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-6)
+
+
+def test_memory_attention_reads_nothing_past_a_row_s_last_valid_column():
+    rng = np.random.default_rng(5)
+    f = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)  # noqa: E731
+    batch, heads, queries, head_dim, memory = 2, 2, 3, 8, 10
+    q, kt, v = f(batch, heads, queries, head_dim), f(batch, heads, head_dim, memory), \
+        f(batch, heads, memory, head_dim)
+    lengths = np.array([4, 7])
+    valid_BM = jnp.asarray(np.arange(memory)[None, :] < lengths[:, None])
+    mask = valid_BM[:, None, None, :]
+    got = native_attention.memory_attention(
+        q, jnp.where(valid_BM[:, None, None, :], kt, jnp.nan),
+        jnp.where(valid_BM[:, None, :, None], v, jnp.nan), mask)
+    np.testing.assert_allclose(np.asarray(got),
+                               np.asarray(attention.cached_attention(q, kt, v, mask)),
+                               rtol=2e-5, atol=2e-6)
+
+
+def test_memory_attention_rejects_bf16_and_mismatched_shapes():
+    q = jnp.zeros((2, 2, 1, 8), jnp.float32)
+    kt, v = jnp.zeros((2, 2, 8, 5), jnp.float32), jnp.zeros((2, 2, 5, 8), jnp.float32)
+    mask = jnp.ones((2, 1, 1, 5), bool)
+    with pytest.raises(TypeError, match="float32 only"):
+        native_attention.memory_attention(q.astype(jnp.bfloat16), kt, v, mask)
+    with pytest.raises(ValueError, match=r"mask \(2, 1, 1, 4\) \(expected \(2, 1, 1, 5\)\)"):
+        native_attention.memory_attention(q, kt, v, mask[..., :4])

@@ -147,26 +147,31 @@ def test_searches_over_packed_weights_agree(method, beam):
     hlo = decode_batch.lower(params, packed, *args, **static).compile().as_text()
     calls, per_step = hlo.count(f'custom_call_target="{rows_matmul.TARGET}"'), 6 * 2 + 1
     assert calls > 0 and calls % per_step == 0, calls
-    # and beam search's self-attention through jformer.kernels.native_attention
+    # and each layer's attention steps through jformer.kernels.native_attention:
+    # self-attention (a beam's slots; a greedy row as one slot) and cross-attention
     copies, layers = calls // per_step, CFG.num_decoder_layers
-    slot_calls = hlo.count(f'custom_call_target="{native_attention.SLOT_TARGET}"')
-    assert slot_calls == (copies * layers if beam > 1 else 0)
+    for target in (native_attention.SLOT_TARGET, native_attention.MEMORY_TARGET):
+        assert hlo.count(f'custom_call_target="{target}"') == copies * layers, target
 
 
+@pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 3)])
 @pytest.mark.parametrize("variant", [dict(positional="relative", relative_clip=2),
                                      dict(attention_window=3)])
-def test_relative_positions_and_windows_keep_packed_weights_and_xla_beam_attention(variant):
-    """The C++ beam kernel scores q . k alone: models whose scores hold more (relative
-    positions, a window) decode beams over the packed weights with XLA's beam attention
-    (their values: tests/model/test_ops_switch.py::test_decoding_agrees)."""
+def test_relative_positions_and_windows_keep_packed_weights_and_xla_self_attention(
+        variant, method, beam):
+    """The C++ self-attention step scores q . k alone: models whose scores hold more
+    (relative positions, a window) decode over the packed weights with XLA's
+    self-attention and the C++ cross-attention (their values:
+    tests/model/test_ops_switch.py::test_decoding_agrees)."""
     cfg = dataclasses.replace(CFG, **variant)
     params = _params(cfg)
     inputs = np.full((2, 5), 3, np.int32)
     args = (params, prepared(cfg, params), inputs, np.ones(2, bool), jax.random.key(0),
             np.float32(0.6), np.float32(1.0))
     hlo = decode_batch.lower(*args, model_cfg=cfg, ops=resolve(cfg),
-                             spec=SearchSpec("beam", 3, max_len=4)).as_text()
+                             spec=SearchSpec(method, beam, max_len=4)).as_text()
     assert rows_matmul.TARGET in hlo and native_attention.SLOT_TARGET not in hlo
+    assert native_attention.MEMORY_TARGET in hlo
 
 
 def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():

@@ -1,4 +1,4 @@
-// A decoder attention step in C++, float32, for jformer.kernels.native_attention:
+// Decoder attention steps in C++, float32, for jformer.kernels.native_attention:
 //
 // * JformerBeamSlotAttention, jformer.kernels.attention.beam_slot_attention (its docstring
 //   has the layout and the math). Hypothesis w of row b reads position t < index from
@@ -7,12 +7,15 @@
 //   and masks the ones outside w's prefix, as batched [W, K] x [K, T * W] products that
 //   its dot runs at a tenth of the matmul peak. Here each (row, head) scores only the
 //   index * W columns written so far, in one pass over contiguous key rows, keeps each
-//   hypothesis' own index columns, and sums only their values.
+//   hypothesis' own index columns, and sums only their values. A per-row (greedy) cache
+//   is the case W = 1 with every slot 0.
+// * JformerMemoryAttention, jformer.kernels.attention.cached_attention over the encoder
+//   memory: G queries of each (row, head) over the memory's keys [K, M] and values
+//   [M, K], masked by the row's valid columns. Columns past the row's last valid one
+//   (bucket padding) are neither scored nor summed.
 //
 // (row, head) pairs are shared out over XLA's intra-op threads. tests/kernels/
-// test_native_attention.py checks it against its plain form. (The same scheme for the
-// cross-attention step, cached_attention over the encoder memory, measured level with
-// XLA's: that step reads the whole memory either way.)
+// test_native_attention.py checks both against their plain forms.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -126,6 +129,71 @@ void row_head(const Shapes& s, int64_t b, int64_t h, int64_t index, const float*
   }
 }
 
+// Row b, head h of the memory attention: out[b, h, g, :] for every query g. Columns
+// m <= last (the row's last valid one) are scored; invalid ones get no weight. A row with
+// no valid column weighs all M equally, as the plain form's softmax over NEG_INF does.
+// scratch: G * (K + M) + M floats.
+void memory_row_head(int64_t b, int64_t h, int64_t H, int64_t G, int64_t K, int64_t M,
+                     const float* q, const float* kt, const float* v, const bool* valid,
+                     float* out, float* scratch) {
+  const bool* valid_M = valid + b * M;
+  int64_t last = M - 1;
+  while (last >= 0 && !valid_M[last]) --last;
+  const bool none = last < 0;
+  const int64_t n = none ? M : last + 1;
+  const float* kt_KM = kt + (b * H + h) * K * M;
+  const float* v_MK = v + (b * H + h) * M * K;
+  const float* q_GK = q + (b * H + h) * G * K;
+  const float scale = std::sqrt(static_cast<float>(K));
+  float* qs = scratch;  // [G, K], scaled
+  float* scores = scratch + G * K;  // [G, n]
+  for (int64_t i = 0; i < G * K; ++i) qs[i] = q_GK[i] / scale;
+  scores_of(qs, G, K, kt_KM, M, n, scores);
+  float* zero = scores + G * n;  // [K]
+  for (int64_t k = 0; k < K; ++k) zero[k] = 0.0f;
+  for (int64_t g = 0; g < G; ++g) {
+    float* p = scores + g * n;
+    if (none) {
+      for (int64_t m = 0; m < n; ++m) p[m] = 1.0f / static_cast<float>(n);
+    } else {
+      float top = p[last];
+      for (int64_t m = 0; m < n; ++m) top = valid_M[m] && p[m] > top ? p[m] : top;
+      for (int64_t m = 0; m < n; ++m) p[m] = valid_M[m] ? p[m] - top : -1e30f;
+      jformer::exp_inplace(p, n);
+      float total = 0.0f;
+      for (int64_t m = 0; m < n; ++m) total += p[m];
+      for (int64_t m = 0; m < n; ++m) p[m] /= total;
+    }
+    weighted_sum(p, n, [=](int64_t m) { return v_MK + m * K; }, K, zero, 0.0f,
+                 out + ((b * H + h) * G + g) * K);
+  }
+}
+
+ffi::Error MemoryAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q_BHGK,
+                               ffi::Buffer<ffi::F32> kt_BHKM, ffi::Buffer<ffi::F32> v_BHMK,
+                               ffi::Buffer<ffi::PRED> valid_BM,
+                               ffi::ResultBuffer<ffi::F32> out_BHGK) {
+  const auto qd = q_BHGK.dimensions(), kd = kt_BHKM.dimensions(), vd = v_BHMK.dimensions(),
+             md = valid_BM.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || md.size() != 2)
+    return ffi::Error::InvalidArgument(
+        "memory_attention: expected q [B, H, G, K], kt [B, H, K, M], v [B, H, M, K] and "
+        "valid [B, M]");
+  const int64_t B = qd[0], H = qd[1], G = qd[2], K = qd[3], M = kd[3];
+  if (kd[0] != B || kd[1] != H || kd[2] != K || vd[0] != B || vd[1] != H || vd[2] != M ||
+      vd[3] != K || md[0] != B || md[1] != M)
+    return ffi::Error::InvalidArgument("memory_attention: the shapes disagree");
+  const float *q = q_BHGK.typed_data(), *kt = kt_BHKM.typed_data(), *v = v_BHMK.typed_data();
+  const bool* valid = valid_BM.typed_data();
+  float* out = out_BHGK->typed_data();
+  jformer::parallel_for(pool, B * H, [=](int64_t begin, int64_t end) {
+    std::vector<float> scratch(G * (K + M) + K);
+    for (int64_t i = begin; i < end; ++i)
+      memory_row_head(i / H, i % H, H, G, K, M, q, kt, v, valid, out, scratch.data());
+  }, B * H * G * M * K);
+  return ffi::Error::Success();
+}
+
 ffi::Error BeamSlotAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q_BWHK,
                                  ffi::Buffer<ffi::F32> kt_BHKX, ffi::Buffer<ffi::F32> v_BHXK,
                                  ffi::Buffer<ffi::S32> slot_BWT, ffi::Buffer<ffi::S32> index,
@@ -154,7 +222,7 @@ ffi::Error BeamSlotAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q_B
     std::vector<float> scratch(s.W * (s.K + idx * s.W) + idx + 1);
     for (int64_t i = begin; i < end; ++i)
       row_head(s, i / s.H, i % s.H, idx, q, kt, v, slot, k_own, v_own, out, scratch.data());
-  });
+  }, s.B * s.H * s.W * (idx + 1) * s.W * s.K);
   return ffi::Error::Success();
 }
 
@@ -170,4 +238,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JformerBeamSlotAttention, BeamSlotAttentionImpl,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JformerMemoryAttention, MemoryAttentionImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
