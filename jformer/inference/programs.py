@@ -57,6 +57,7 @@ from jax.experimental import serialize_executable
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
 from jformer.inference.digests import source_digest, stable
+from jformer.kernels import native
 from jformer.kernels.native import cpu_flags
 from jformer.workdir import files
 
@@ -254,6 +255,7 @@ class ProgramStore:
         """The program of ``digest`` loaded onto ``devices`` from its copy for another
         device or from its file; None where there is neither (or neither loads: the
         warning says why, and the caller compiles)."""
+        _register_kernels(devices)
         with self._lock:
             data = self._serialized.get(digest)
         if data is not None:  # compiled (or read) here for another device
@@ -329,6 +331,15 @@ def _serialize(program) -> bytes | None:
             jax.errors.JaxRuntimeError) as e:  # e.g. "`LessThan` is not serializable"
         log.info("compiled program not kept serialized (%s)", e)
         return None
+
+
+def _register_kernels(devices: Sequence[jax.Device]) -> None:
+    """Registers jformer's C++ kernels (:func:`jformer.kernels.native.available`) before
+    a CPU program is loaded: a program that calls one cannot be loaded before its
+    handler is registered, and a store reads early, before the Translator that
+    registers them has prepared its weights."""
+    if any(d.platform == "cpu" for d in devices):
+        native.available()
 
 
 def _load(data: bytes, devices: Sequence[jax.Device]):

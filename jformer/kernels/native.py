@@ -21,6 +21,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import jax
@@ -85,10 +86,19 @@ def _build(path: Path) -> None:
             os.unlink(tmp)
 
 
-@functools.cache
+_FIRST = threading.Lock()  # one thread builds and registers; the others wait for it
+
+
 def available() -> bool:
     """Builds (once per source and machine) and registers the kernels; False, with one
-    warning saying why, where it cannot (then decoding keeps XLA's ops)."""
+    warning saying why, where it cannot (then decoding keeps XLA's ops). Safe to call
+    from any thread: the first call does the work, later ones return its answer."""
+    with _FIRST:
+        return _register()
+
+
+@functools.cache
+def _register() -> bool:
     try:
         path = _library_path()
         if not path.exists():

@@ -325,3 +325,37 @@ def test_the_recent_list_reads_each_program_onto_the_device_it_ran_on(tmp_path):
         got = again.run(program, *on(device, rows), power=2)
         assert got.devices() == {device}
     assert again.loaded + again.moved == 3 and again.compiled == 0 and not again._early
+
+
+NATIVE_SCRIPT = textwrap.dedent("""
+    import sys, jax, jax.numpy as jnp
+    from jformer.inference.programs import ProgramStore
+    from jformer.kernels import native, native_attention
+    if sys.argv[2] == "write":  # registered before compiling, as a Translator does
+        assert native.available()
+    q, kt, v = jnp.ones((1, 2, 1, 8)), jnp.ones((1, 2, 8, 5)), jnp.ones((1, 2, 5, 8))
+    mask = jnp.ones((1, 1, 1, 5), bool)
+    store = ProgramStore(sys.argv[1])
+    out = store.run(jax.jit(native_attention.memory_attention), (q, kt, v, mask),
+                    jax.local_devices()[:1])
+    print(float(out.sum()), store.compiled, store.loaded)
+""")
+
+
+@pytest.mark.skipif(not __import__("jformer.kernels.native").kernels.native.available(),
+                    reason="the native kernels could not be built here")
+def test_a_program_calling_a_native_kernel_loads_in_a_process_that_never_registered_it(
+        tmp_path):
+    """A store reads early, before anything has registered jformer's C++ kernels: the
+    load registers them first, so the program is loaded, not compiled again."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), XLA_FLAGS="")
+
+    def run(step):
+        done = subprocess.run([sys.executable, "-c", NATIVE_SCRIPT, str(tmp_path), step],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "could not be loaded" not in done.stderr, done.stderr[-2000:]
+        return done.stdout.split()
+    wrote, loaded = run("write"), run("load")
+    assert wrote[1:] == ["1", "0"] and loaded[1:] == ["0", "1"]
+    assert wrote[0] == loaded[0] == str(float(2 * 8))
