@@ -51,7 +51,8 @@ def main() -> None:
         raise SystemExit("the kernels' library did not build or load (see the warning)")
     forms = [f for f in int8_matmul.FORMS if f.fits_cpu()]
     print(f"{cpu_name()}, {jax.local_device_count()} device(s), "
-          f"{len(os.sched_getaffinity(0))} CPUs; features: {cpu_features()}; jax {jax.__version__}; best of {args.timings} x "
+          f"{len(os.sched_getaffinity(0))} CPUs; features: {cpu_features()}; "
+          f"jax {jax.__version__}; best of {args.timings} x "
           f"{args.calls} calls, microseconds\n")
     heads = ["x [M, K] . w [K, N]", "f32", "XLA int8"] + [f.name for f in forms]
     print("| " + " | ".join(heads) + " | f32 / best form |")

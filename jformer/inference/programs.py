@@ -58,7 +58,6 @@ from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
 from jformer.inference.digests import source_digest, stable
 from jformer.kernels import native
-from jformer.kernels.native import cpu_flags
 from jformer.workdir import files
 
 log = logging.getLogger(__name__)
@@ -240,7 +239,7 @@ class ProgramStore:
                  backend.platform_version,
                  stable([(d.platform, d.device_kind) if anywhere
                          else (d.platform, d.device_kind, d.id) for d in devices]),
-                 os.environ.get("XLA_FLAGS", ""), cpu_flags(),
+                 os.environ.get("XLA_FLAGS", ""), native.cpu_flags(),
                  *(f"{name}={getattr(jax.config, name)}" for name in LOWERING_SETTINGS),
                  f"{jitted.__module__}.{jitted.__qualname__}",
                  *(f"{name}={stable(value)}" for name, value in sorted(static.items())),

@@ -57,7 +57,6 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
                                               jnp.asarray(index, jnp.int32), k_BWHK, v_BWHK)
 
 
-
 @cpu_kernel
 def row_attention(q_B1HK: Array, kt_BHKT: Array, v_BHTK: Array, index: Array,
                   k_B1HK: Array, v_B1HK: Array) -> Array:

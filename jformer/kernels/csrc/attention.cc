@@ -87,6 +87,17 @@ void weighted_sum(const float* p, int64_t n, Row row, int64_t K, const float* in
   }
 }
 
+// p[0, n) <- softmax(p): the max subtracted, a 16-lane exp, normalised by the sum
+void softmax_inplace(float* p, int64_t n) {
+  float top = p[0];
+  for (int64_t i = 1; i < n; ++i) top = p[i] > top ? p[i] : top;
+  for (int64_t i = 0; i < n; ++i) p[i] -= top;
+  jformer::exp_inplace(p, n);
+  float total = 0.0f;
+  for (int64_t i = 0; i < n; ++i) total += p[i];
+  for (int64_t i = 0; i < n; ++i) p[i] /= total;
+}
+
 struct Shapes {
   int64_t B, W, H, K, T, X;
 };
@@ -117,13 +128,7 @@ void row_head(const Shapes& s, int64_t b, int64_t h, int64_t index, const float*
     // w's logits: its own column of each position t < index, then its own key's
     for (int64_t t = 0; t < index; ++t) mine[t] = sw[t * W + slot_T[t]];
     mine[index] = own;
-    float top = own;
-    for (int64_t t = 0; t < index; ++t) top = mine[t] > top ? mine[t] : top;
-    for (int64_t t = 0; t <= index; ++t) mine[t] -= top;
-    jformer::exp_inplace(mine, index + 1);
-    float total = 0.0f;
-    for (int64_t t = 0; t <= index; ++t) total += mine[t];
-    for (int64_t t = 0; t <= index; ++t) mine[t] /= total;
+    softmax_inplace(mine, index + 1);
     weighted_sum(mine, index, [=](int64_t t) { return v_XK + (t * W + slot_T[t]) * K; }, K,
                  vw, mine[index], out + ((b * W + w) * H + h) * K);
   }
@@ -132,7 +137,7 @@ void row_head(const Shapes& s, int64_t b, int64_t h, int64_t index, const float*
 // Row b, head h of the memory attention: out[b, h, g, :] for every query g. Columns
 // m <= last (the row's last valid one) are scored; invalid ones get no weight. A row with
 // no valid column weighs all M equally, as the plain form's softmax over NEG_INF does.
-// scratch: G * (K + M) + M floats.
+// scratch: G * (K + M) + K floats.
 void memory_row_head(int64_t b, int64_t h, int64_t H, int64_t G, int64_t K, int64_t M,
                      const float* q, const float* kt, const float* v, const bool* valid,
                      float* out, float* scratch) {
@@ -156,13 +161,8 @@ void memory_row_head(int64_t b, int64_t h, int64_t H, int64_t G, int64_t K, int6
     if (none) {
       for (int64_t m = 0; m < n; ++m) p[m] = 1.0f / static_cast<float>(n);
     } else {
-      float top = p[last];
-      for (int64_t m = 0; m < n; ++m) top = valid_M[m] && p[m] > top ? p[m] : top;
-      for (int64_t m = 0; m < n; ++m) p[m] = valid_M[m] ? p[m] - top : -1e30f;
-      jformer::exp_inplace(p, n);
-      float total = 0.0f;
-      for (int64_t m = 0; m < n; ++m) total += p[m];
-      for (int64_t m = 0; m < n; ++m) p[m] /= total;
+      for (int64_t m = 0; m < n; ++m) p[m] = valid_M[m] ? p[m] : -1e30f;  // exp: 0
+      softmax_inplace(p, n);  // p[last] is valid, so the max is a valid column's
     }
     weighted_sum(p, n, [=](int64_t m) { return v_MK + m * K; }, K, zero, 0.0f,
                  out + ((b * H + h) * G + g) * K);
