@@ -223,9 +223,12 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
     if spec.prefix_len:
         common["constrain"] = search.prefix_constraint(
             prefix_BP, prefix_beta if spec.prefix_bias else None)
+    # The searches rank with the kernels of the decode steps' set (Ops.for_search).
+    ranks = ops.for_search(prepared, inputs_BS.shape[0] * (spec.beam_size if beam else 1))
+    common["normalize"] = ranks.log_softmax
     if beam:
         beam_kw = dict(beam_size=spec.beam_size, alpha=alpha, reorder=ops.cache.reorder,
-                       n_best=spec.n_best, candidates=ops.beam_candidates,
+                       n_best=spec.n_best, candidates=ranks.beam_candidates,
                        eos_candidates=spec.eos_candidates, **common)
         if spec.constraint_count:
             return search.constrained_beam_search(step_fn, state, constraints_BCL,
@@ -234,9 +237,9 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
                                   **beam_kw)
     if spec.method == "sample":
         out = search.sample(step_fn, state, rng, temperature=temperature,
-                            top_k=spec.top_k, best_k=ops.top_k, **common)
+                            top_k=spec.top_k, best_k=ranks.top_k, **common)
     else:
-        out = search.greedy_search(step_fn, state, argmax=ops.argmax,
+        out = search.greedy_search(step_fn, state, argmax=ranks.argmax,
                                    shrink=spec.stage_sizes(inputs_BS.shape[0]), **common)
     # [B, ...] -> [B, 1, ...]: one hypothesis per row, like a beam of width 1.
     return out._replace(tokens=out.tokens[:, None], scores=out.scores[:, None],

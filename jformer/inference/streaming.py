@@ -80,12 +80,14 @@ class _Search(NamedTuple):
 
 def _search(cfg: ModelConfig, ops: Ops, spec: SearchSpec, keys_B: Array, alpha: Array,
             temperature: Array) -> _Search:
-    """The search :func:`decode_program` runs for ``spec``, on one source row."""
+    """The search :func:`decode_program` runs for ``spec``, on one source row, with the
+    search pieces of ``ops`` (:meth:`Ops.for_search`)."""
     ids = dict(eos_id=cfg.eos_id, pad_id=cfg.pad_id)
     if spec.method == "beam":
         settings = dict(max_len=spec.max_len, alpha=alpha, min_len=spec.min_len,
                         n_best=spec.n_best, candidates=ops.beam_candidates,
-                        eos_candidates=spec.eos_candidates, **ids)
+                        eos_candidates=spec.eos_candidates, normalize=ops.log_softmax,
+                        **ids)
         return _Search(
             lambda state: search.beam_init(state, batch_size=1, beam_size=spec.beam_size,
                                            max_len=spec.max_len, bos_id=cfg.start_id,
@@ -104,7 +106,8 @@ def _search(cfg: ModelConfig, ops: Ops, spec: SearchSpec, keys_B: Array, alpha: 
         lambda state: search.token_init(state, batch_size=1, max_len=spec.max_len,
                                         bos_id=cfg.start_id, pad_id=cfg.pad_id),
         lambda c, step, step_fn: search.token_step(c, step, step_fn, choose,
-                                                   min_len=spec.min_len, **ids),
+                                                   min_len=spec.min_len,
+                                                   normalize=ops.log_softmax, **ids),
         lambda c: (c.tokens_BT[0], c.done_B[0]))
 
 
@@ -121,7 +124,8 @@ def _start(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: Array, k
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
                             ops.cache.beam_rows(spec.beam_size) if beam else None, prepared)
     _, state = make_step_fn(model, params, cache, valid_B, prepared)
-    return cache, _search(model_cfg, ops, spec, keys_B, alpha, temperature).init(state)
+    ranks = ops.for_search(prepared, spec.beam_size if beam else 1)
+    return cache, _search(model_cfg, ranks, spec, keys_B, alpha, temperature).init(state)
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC + ("steps",), donate_argnames="carry",
@@ -133,7 +137,8 @@ def _advance(params: PyTree, prepared: PyTree, cache: PyTree, carry: PyTree, sta
     """Steps ``start .. start + steps - 1``; returns (carry, best tokens int32 [T], done)."""
     model = Transformer(model_cfg, ops)
     step_fn, _ = make_step_fn(model, params, cache, valid_B, prepared)
-    run = _search(model_cfg, ops, spec, keys_B, alpha, temperature)
+    ranks = ops.for_search(prepared, spec.beam_size if spec.method == "beam" else 1)
+    run = _search(model_cfg, ranks, spec, keys_B, alpha, temperature)
     steps_K = start + jnp.arange(steps, dtype=jnp.int32)
     carry = lax.scan(lambda c, step: (run.step(c, step, step_fn), None), carry, steps_K)[0]
     return (carry, *run.best(carry))

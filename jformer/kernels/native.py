@@ -2,8 +2,9 @@
 
 The sources in csrc/ (``rows_matmul.cc``: jformer.kernels.rows_matmul; ``attention.cc``:
 jformer.kernels.native_attention; ``int8_matmul.cc`` and ``int8_vnni.cc``:
-jformer.kernels.int8_matmul; ``parallel.h``: the work sharing over XLA's intra-op threads;
-``vec.h``: the 16-float vector and its loads; ``vexp.h``: exp 16 lanes at a time) are
+jformer.kernels.int8_matmul; ``search.cc``: jformer.kernels.native_search;
+``parallel.h``: the work sharing over XLA's intra-op threads; ``vec.h``: the 16-float
+vector and its loads; ``vexp.h``: exp 16 lanes at a time) are
 compiled into one library on first use, with the C++ compiler (``$CXX``, else ``g++``)
 against jaxlib's FFI headers, for this machine's CPU (``-march=native``), into
 ``$JFORMER_KERNEL_CACHE`` (default ``~/.cache/jformer/kernels``), keyed by the sources,
@@ -28,7 +29,7 @@ import jax
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = (CSRC / "rows_matmul.cc", CSRC / "attention.cc", CSRC / "int8_matmul.cc",
-           CSRC / "int8_vnni.cc")
+           CSRC / "int8_vnni.cc", CSRC / "search.cc")
 HEADERS = (CSRC / "parallel.h", CSRC / "vec.h", CSRC / "vexp.h")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
 # the library's handler symbols -> the FFI targets they are registered as (platform cpu)
@@ -36,7 +37,10 @@ TARGETS = {"JformerRowsMatmul": "jformer_rows_matmul",
            "JformerBeamSlotAttention": "jformer_beam_slot_attention",
            "JformerMemoryAttention": "jformer_memory_attention",
            "JformerInt8Matmul": "jformer_int8_matmul",
-           "JformerInt8Vnni": "jformer_int8_vnni"}
+           "JformerInt8Vnni": "jformer_int8_vnni",
+           "JformerLogSoftmax": "jformer_log_softmax",
+           "JformerBeamCandidates": "jformer_beam_candidates",
+           "JformerArgmax": "jformer_argmax"}
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from jformer.config import ModelConfig
-from jformer.kernels import rows_matmul
+from jformer.kernels import native_search, rows_matmul
 from jformer.kernels.attention import (CpuAttention, NativeBeamAttention, PackedAttention,
                                        PackedXlaBeamAttention)
 from jformer.kernels.bias import Dense, PackedDense
@@ -37,6 +37,7 @@ from jformer.model.cache import CacheLayout, DecodeCache
 from jformer.model.embeddings import StepOutput
 from jformer.model.ops import Ops
 from jformer.model.transformer import Transformer
+from jformer.search import log_softmax
 from jformer.types import Array, PyTree
 
 OUTPUT = "step_output"  # the decoder's StepOutput submodule, where the output matrix lives
@@ -137,13 +138,14 @@ class CpuCacheLayout(CacheLayout):
     def step_ops(self, ops: Ops, prepared: PyTree, rows: int) -> Ops:
         """CPU_PACKED for at most PACKED_ROWS_MAX rows over packed weights, CPU_MATRIX
         where the output matrix is prepared, else ``ops``; the last two with the C++ beam
-        attention (:class:`NativeBeamAttention`) where ``prepare`` marked it."""
+        attention (:class:`NativeBeamAttention`) and search pieces (``NATIVE_SEARCH``)
+        where ``prepare`` marked it."""
         output = _prepared_output(prepared)
         if "output" in output and rows <= PACKED_ROWS_MAX:
             return CPU_PACKED if self.native_beam else CPU_PACKED_XLA_BEAM
         step = CPU_MATRIX if "output_DV" in output else ops
         if NATIVE_BEAM in prepared.get(rows_matmul.COLLECTION, {}):
-            return dataclasses.replace(step, attention=NativeBeamAttention)
+            return dataclasses.replace(step, attention=NativeBeamAttention, **NATIVE_SEARCH)
         return step
 
     def rows_max(self, prepared: PyTree) -> int | None:
@@ -160,10 +162,15 @@ def _prepared_output(prepared: PyTree) -> PyTree:
 CPU = Ops(dense=Dense, layer_norm=LayerNorm, dropout=Dropout, attention=CpuAttention,
           tied_logits=tied_logits, step_output=StepOutput.of, cache=CpuCacheLayout(),
           argmax=fast_argmax, top_k=fast_top_k, beam_candidates=beam_candidates,
-          loss=projected_cross_entropy)
+          log_softmax=log_softmax, loss=projected_cross_entropy)
+# A search's reductions over the vocabulary in C++ (jformer.kernels.native_search): the
+# search pieces of the step sets that run where the library loads.
+NATIVE_SEARCH = dict(log_softmax=native_search.log_softmax, argmax=native_search.argmax,
+                     beam_candidates=native_search.beam_candidates)
 CPU_MATRIX = dataclasses.replace(CPU, step_output=lambda cfg: MatrixOutput())
 CPU_PACKED = dataclasses.replace(CPU, dense=PackedDense, attention=PackedAttention,
-                                 step_output=lambda cfg: PackedOutput(cfg.vocab_size))
+                                 step_output=lambda cfg: PackedOutput(cfg.vocab_size),
+                                 **NATIVE_SEARCH)
 CPU_XLA_BEAM = dataclasses.replace(CPU, cache=CpuCacheLayout(native_beam=False))
 CPU_PACKED_XLA_BEAM = dataclasses.replace(CPU_PACKED, attention=PackedXlaBeamAttention)
 

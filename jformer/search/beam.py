@@ -36,8 +36,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jformer.config import EOS_CANDIDATES
-from jformer.search.loop import (DecodeResult, StepFn, call_step_fn, check_knob,
-                                 check_search_args, length_penalty)
+from jformer.search.loop import (DecodeResult, Normalize, StepFn, call_step_fn, check_knob,
+                                 check_search_args, length_penalty, log_softmax)
 from jformer.search.prefix import Constraint
 from jformer.search.shrink import check_shrink, staged_decode_loop
 from jformer.types import PyTree
@@ -79,14 +79,14 @@ class _BeamCarry(NamedTuple):
 def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder, *,
                max_len: int, alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int,
                min_len: int, n_best: int = 1, candidates: Candidates = top_extensions,
-               eos_candidates: str = "all", constrain: Constraint | None = None
-               ) -> _BeamCarry:
+               eos_candidates: str = "all", constrain: Constraint | None = None,
+               normalize: Normalize = log_softmax) -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values."""
     batch, w = c.prev_BW.shape
     logp_NV, new_state = call_step_fn(
         step_fn, c.prev_BW.reshape(batch * w), step, c.state, eos_id=eos_id,
         min_len=min_len, constrain=constrain,
-        written_NT=c.alive_BWT.reshape(batch * w, -1))
+        written_NT=c.alive_BWT.reshape(batch * w, -1), normalize=normalize)
     vocab = logp_NV.shape[-1]
     if vocab < 2:  # top 2W of W*V candidates
         raise ValueError(f"step_fn's vocab must be >= 2 for beam search; got {vocab}")
@@ -196,7 +196,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                 candidates: Candidates = top_extensions,
                 eos_candidates: str = "all",
                 constrain: Constraint | None = None,
-                shrink: tuple[int, ...] = ()) -> DecodeResult:
+                shrink: tuple[int, ...] = (),
+                normalize: Normalize = log_softmax) -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
@@ -227,6 +228,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
       shrink: the batch sizes the search goes on with as rows finish
         (:mod:`jformer.search.shrink`; step_fn a ``SourceStep``, ``constrain`` None);
         (): the whole batch to the end. The results are the same.
+      normalize: logits -> float32 log-probs (:data:`jformer.search.loop.Normalize`).
 
     Returns:
       DecodeResult, each row's hypotheses sorted best first (finished before unfinished):
@@ -249,7 +251,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
             return _beam_step(c, step, stage_step_fn, reorder or gather_rows,
                               max_len=max_len, alpha=alpha, eos_id=eos_id, pad_id=pad_id,
                               min_len=min_len, n_best=n_best, candidates=candidates,
-                              eos_candidates=eos_candidates, constrain=constrain)
+                              eos_candidates=eos_candidates, constrain=constrain,
+                              normalize=normalize)
         return body
 
     out, num_steps = staged_decode_loop(body_of, init, step_fn, shrink=shrink,
@@ -305,7 +308,7 @@ def beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder 
               **settings) -> _BeamCarry:
     """One step of beam search for every row (done rows keep their values); ``reorder``
     None: :func:`gather_rows`; ``settings``: beam_search's (max_len, alpha, eos_id,
-    pad_id, min_len, n_best, candidates, eos_candidates, constrain)."""
+    pad_id, min_len, n_best, candidates, eos_candidates, constrain, normalize)."""
     return _beam_step(c, step, step_fn, reorder or gather_rows, **settings)
 
 

@@ -42,7 +42,8 @@ from jax import lax
 from jformer.search.beam import (Candidates, Reorder, _BeamCarry, _final_beams, advance,
                                  beam_init, check_beam_args, gather_rows, merge_finished,
                                  top_extensions)
-from jformer.search.loop import DecodeResult, StepFn, call_step_fn, chunked_decode_loop
+from jformer.search.loop import (DecodeResult, Normalize, StepFn, call_step_fn,
+                                 chunked_decode_loop, log_softmax)
 from jformer.search.prefix import Constraint
 from jformer.types import PyTree
 
@@ -115,14 +116,15 @@ def _constrained_step(c: _ConstrainedCarry, step: jax.Array, step_fn: StepFn,
                       reorder: Reorder, cons_BCL: jax.Array, *, max_len: int,
                       alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int, min_len: int,
                       n_best: int, candidates: Candidates, eos_candidates: str,
-                      constrain: Constraint | None,
-                      ends_V: jax.Array | None) -> _ConstrainedCarry:
+                      constrain: Constraint | None, ends_V: jax.Array | None,
+                      normalize: Normalize) -> _ConstrainedCarry:
     bc = c.beam
     batch, w = bc.prev_BW.shape
     c_count, width = cons_BCL.shape[1:]
     logp_NV, new_state = call_step_fn(
         step_fn, bc.prev_BW.reshape(batch * w), step, bc.state, eos_id=eos_id,
-        min_len=min_len, constrain=constrain, written_NT=bc.alive_BWT.reshape(batch * w, -1))
+        min_len=min_len, constrain=constrain, written_NT=bc.alive_BWT.reshape(batch * w, -1),
+        normalize=normalize)
     vocab = logp_NV.shape[-1]
     if vocab < 2:
         raise ValueError(f"step_fn's vocab must be >= 2 for beam search; got {vocab}")
@@ -212,7 +214,8 @@ def constrained_beam_search(step_fn: StepFn, state: PyTree, constraints_BCL: jax
                             candidates: Candidates = top_extensions,
                             eos_candidates: str = "all",
                             constrain: Constraint | None = None,
-                            phrase_ends: jax.Array | None = None) -> DecodeResult:
+                            phrase_ends: jax.Array | None = None,
+                            normalize: Normalize = log_softmax) -> DecodeResult:
     """Beam search whose outputs contain every phrase of their row (module docstring).
 
     Takes :func:`jformer.search.beam.beam_search`'s arguments, plus ``constraints_BCL``
@@ -245,7 +248,7 @@ def constrained_beam_search(step_fn: StepFn, state: PyTree, constraints_BCL: jax
                                  max_len=max_len, alpha=alpha, eos_id=eos_id, pad_id=pad_id,
                                  min_len=min_len, n_best=n_best, candidates=candidates,
                                  eos_candidates=eos_candidates, constrain=constrain,
-                                 ends_V=ends_V)
+                                 ends_V=ends_V, normalize=normalize)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.beam.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

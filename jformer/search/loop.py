@@ -124,20 +124,32 @@ def check_search_args(state: PyTree, *, batch_size: int, max_len: int, chunk_siz
     return min(chunk_size, max_len)  # one chunk covers a short output
 
 
+# logits [N, V] (any float dtype) -> float32 log-probs [N, V]
+Normalize = Callable[[jax.Array], jax.Array]
+
+
+def log_softmax(logits_NV: jax.Array) -> jax.Array:
+    """The default :data:`Normalize`: ``jax.nn.log_softmax`` in float32."""
+    return jax.nn.log_softmax(logits_NV.astype(jnp.float32), axis=-1)
+
+
 def call_step_fn(step_fn: StepFn, tokens_N: jax.Array, step: jax.Array, state: PyTree,
                  *, eos_id: int, min_len: int, constrain: Callable | None = None,
-                 written_NT: jax.Array | None = None) -> tuple[jax.Array, PyTree]:
+                 written_NT: jax.Array | None = None,
+                 normalize: Normalize = log_softmax) -> tuple[jax.Array, PyTree]:
     """Runs ``step_fn`` and returns float32 log-probs [N, V] and the new state.
 
-    Before ``min_len`` tokens EOS gets log-prob -inf (not renormalised, so scores stay
-    the model's log-probs of the chosen tokens). ``constrain`` (e.g. a target prefix,
-    :mod:`jformer.search.prefix`) then edits the log-probs, given the step and the
-    tokens each row has written so far, ``written_NT`` [N, T].
+    ``normalize`` turns the logits into log-probs (:func:`log_softmax`, or any
+    implementation of its contract). Before ``min_len`` tokens EOS gets log-prob -inf
+    (not renormalised, so scores stay the model's log-probs of the chosen tokens).
+    ``constrain`` (e.g. a target prefix, :mod:`jformer.search.prefix`) then edits the
+    log-probs, given the step and the tokens each row has written so far,
+    ``written_NT`` [N, T].
     """
     logits_NV, new_state = step_fn(tokens_N, step, state)
     require(jnp.ndim(logits_NV) == 2 and jnp.shape(logits_NV)[0] == tokens_N.shape[0],
              "step_fn's logits", f"[{tokens_N.shape[0]}, vocab]", jnp.shape(logits_NV))
-    logp_NV = jax.nn.log_softmax(logits_NV.astype(jnp.float32), axis=-1)
+    logp_NV = normalize(logits_NV)
     if min_len > 0:
         eos_logp_N = jnp.where(step < min_len, -jnp.inf, logp_NV[:, eos_id])
         logp_NV = logp_NV.at[:, eos_id].set(eos_logp_N)

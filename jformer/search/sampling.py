@@ -12,8 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jformer.search.loop import (DecodeResult, StepFn, argmax, call_step_fn, check_int,
-                                 check_knob, check_search_args, require)
+from jformer.search.loop import (DecodeResult, Normalize, StepFn, argmax, call_step_fn,
+                                 check_int, check_knob, check_search_args, log_softmax,
+                                 require)
 from jformer.search.prefix import Constraint
 from jformer.search.shrink import check_shrink, staged_decode_loop
 from jformer.types import PyTree
@@ -42,11 +43,12 @@ def token_init(state: PyTree, *, batch_size: int, max_len: int, bos_id: int,
 
 def token_step(c: _TokenCarry, step: jax.Array, step_fn: StepFn, choose: Chooser, *,
                eos_id: int, pad_id: int, min_len: int,
-               constrain: Constraint | None = None) -> _TokenCarry:
+               constrain: Constraint | None = None,
+               normalize: Normalize = log_softmax) -> _TokenCarry:
     """One step of greedy search or sampling for every row; done rows write pad_id."""
     logp_BV, new_state = call_step_fn(step_fn, c.prev_B, step, c.state,
-                                      eos_id=eos_id, min_len=min_len,
-                                      constrain=constrain, written_NT=c.tokens_BT)
+                                      eos_id=eos_id, min_len=min_len, constrain=constrain,
+                                      written_NT=c.tokens_BT, normalize=normalize)
     token_B = jnp.where(c.done_B, pad_id, choose(logp_BV, step)).astype(jnp.int32)
     token_logp_B = jnp.take_along_axis(logp_BV, token_B[:, None], axis=1)[:, 0]
     return _TokenCarry(
@@ -69,7 +71,8 @@ def token_result(c: _TokenCarry, num_steps: jax.Array, *, eos_id: int) -> Decode
 def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size: int,
                   max_len: int, bos_id: int, eos_id: int, pad_id: int, chunk_size: int,
                   min_len: int, constrain: Constraint | None,
-                  shrink: tuple[int, ...] = ()) -> DecodeResult:
+                  shrink: tuple[int, ...] = (),
+                  normalize: Normalize = log_softmax) -> DecodeResult:
     """Shared loop of greedy search and sampling: one token per row per step; ``shrink``
     (:mod:`jformer.search.shrink`) for a ``choose`` that reads no per-row input."""
     chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
@@ -80,7 +83,7 @@ def _token_search(step_fn: StepFn, state: PyTree, choose: Chooser, *, batch_size
     def body_of(stage_step_fn: StepFn) -> Callable[[_TokenCarry, jax.Array], _TokenCarry]:
         def body(c: _TokenCarry, step: jax.Array) -> _TokenCarry:
             return token_step(c, step, stage_step_fn, choose, eos_id=eos_id, pad_id=pad_id,
-                              min_len=min_len, constrain=constrain)
+                              min_len=min_len, constrain=constrain, normalize=normalize)
         return body
 
     init = token_init(state, batch_size=batch_size, max_len=max_len, bos_id=bos_id,
@@ -100,7 +103,8 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
                   min_len: int = 0,
                   argmax: Callable[[jax.Array], jax.Array] = argmax,
                   constrain: Constraint | None = None,
-                  shrink: tuple[int, ...] = ()) -> DecodeResult:
+                  shrink: tuple[int, ...] = (),
+                  normalize: Normalize = log_softmax) -> DecodeResult:
     """Greedy decoding: the most likely token at every step (ties: lowest id).
 
     Args:
@@ -115,6 +119,7 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
       shrink: the batch sizes the search goes on with as rows finish
         (:mod:`jformer.search.shrink`; step_fn a ``SourceStep``, ``constrain`` None);
         (): the whole batch to the end. The results are the same.
+      normalize: logits -> float32 log-probs (:data:`jformer.search.loop.Normalize`).
 
     Returns:
       DecodeResult with tokens [B, max_len], scores [B] (log-prob sums, no length
@@ -123,7 +128,8 @@ def greedy_search(step_fn: StepFn, state: PyTree, *, batch_size: int, max_len: i
     return _token_search(step_fn, state, greedy_chooser(argmax),
                          batch_size=batch_size, max_len=max_len, bos_id=bos_id,
                          eos_id=eos_id, pad_id=pad_id, chunk_size=chunk_size,
-                         min_len=min_len, constrain=constrain, shrink=shrink)
+                         min_len=min_len, constrain=constrain, shrink=shrink,
+                         normalize=normalize)
 
 
 def typed_keys(rng: jax.Array, batch_size: int) -> jax.Array:
@@ -159,7 +165,8 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
            max_len: int, temperature: jax.typing.ArrayLike = 1.0, top_k: int = 0,
            bos_id: int, eos_id: int, pad_id: int, chunk_size: int = 8,
            min_len: int = 0, best_k: Callable = lax.top_k,
-           constrain: Constraint | None = None) -> DecodeResult:
+           constrain: Constraint | None = None,
+           normalize: Normalize = log_softmax) -> DecodeResult:
     """Ancestral sampling from softmax(logits / temperature), optionally top-k filtered.
 
     ``rng``: a key, or one key per row [batch_size] (:func:`row_keys`). Row b draws step
@@ -170,13 +177,15 @@ def sample(step_fn: StepFn, state: PyTree, rng: jax.Array, *, batch_size: int,
     caller's to ensure). ``top_k=0`` samples from the full vocabulary; ``top_k=1`` is
     greedy. Scores are the model's (untempered, unfiltered) log-probs of the sampled
     tokens. ``best_k``: ``lax.top_k``'s contract, for ``top_k``. Other arguments
-    (``constrain`` included) and the result are as in :func:`greedy_search`.
+    (``constrain`` and ``normalize`` included) and the result are as in
+    :func:`greedy_search`.
     """
     choose = sample_chooser(rng, batch_size=batch_size, temperature=temperature,
                             top_k=top_k, best_k=best_k)
     return _token_search(step_fn, state, choose, batch_size=batch_size, max_len=max_len,
                          bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
-                         chunk_size=chunk_size, min_len=min_len, constrain=constrain)
+                         chunk_size=chunk_size, min_len=min_len, constrain=constrain,
+                         normalize=normalize)
 
 
 def sample_chooser(rng: jax.Array, *, batch_size: int,

@@ -12,7 +12,7 @@ from jformer.config import ModelConfig
 from jformer.inference.batch_decode import (SearchSpec, decode_batch, encode_and_init,
                                             make_step_fn)
 from jformer.kernels.ops import NATIVE_BEAM, PACKED_ROWS_MAX
-from jformer.kernels import native_attention, rows_matmul
+from jformer.kernels import native_attention, native_search, rows_matmul
 from jformer.ops import resolve, transformer
 
 pytestmark = pytest.mark.skipif(not rows_matmul.available(),
@@ -152,6 +152,12 @@ def test_searches_over_packed_weights_agree(method, beam):
     copies, layers = calls // per_step, CFG.num_decoder_layers
     for target in (native_attention.SLOT_TARGET, native_attention.MEMORY_TARGET):
         assert hlo.count(f'custom_call_target="{target}"') == copies * layers, target
+    # and the search ranks each step through jformer.kernels.native_search
+    ranks = [native_search.LOG_SOFTMAX_TARGET]
+    ranks += [native_search.CANDIDATES_TARGET if method == "beam"
+              else native_search.ARGMAX_TARGET]
+    for target in ranks:
+        assert hlo.count(f'custom_call_target="{target}"') == copies, target
 
 
 @pytest.mark.parametrize("method, beam", [("greedy", 1), ("beam", 3)])
@@ -185,8 +191,9 @@ def test_not_packed_for_bfloat16_plain_kernels_or_many_rows():
     args = (params, prepared(CFG, params), inputs, np.ones(33, bool), jax.random.key(0),
             np.float32(0.6), np.float32(1.0))
     hlo = decode_batch.lower(*args, model_cfg=CFG, ops=resolve(CFG), spec=spec).as_text()
-    # XLA's dot, and the C++ beam attention beside it (NativeBeamAttention)
+    # XLA's dot, and the C++ beam attention and ranking beside it (NativeBeamAttention)
     assert rows_matmul.TARGET not in hlo and native_attention.SLOT_TARGET in hlo
+    assert native_search.CANDIDATES_TARGET in hlo
 
 
 ZEN4_AVX512 = "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512bw avx512_vnni"
