@@ -59,6 +59,11 @@ class SearchSpec:
     # jformer.search.shrink). Not with sampling, prefixes or constraints (stage_sizes).
     shrink_floor: int = 0
 
+    @property
+    def hypotheses(self) -> int:
+        """Rows each source takes in a decode step: beam_size for beam search, else 1."""
+        return self.beam_size if self.method == "beam" else 1
+
     def stage_sizes(self, batch: int) -> tuple[int, ...]:
         """The batch sizes a search of ``batch`` sources goes on with as they finish
         (:func:`search.stage_sizes`): none for sampling, target prefixes and lexical
@@ -224,7 +229,7 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
         common["constrain"] = search.prefix_constraint(
             prefix_BP, prefix_beta if spec.prefix_bias else None)
     # The searches rank with the kernels of the decode steps' set (Ops.for_search).
-    ranks = ops.for_search(prepared, inputs_BS.shape[0] * (spec.beam_size if beam else 1))
+    ranks = ops.for_search(prepared, inputs_BS.shape[0] * spec.hypotheses)
     common["normalize"] = ranks.log_softmax
     if beam:
         beam_kw = dict(beam_size=spec.beam_size, alpha=alpha, reorder=ops.cache.reorder,

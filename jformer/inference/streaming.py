@@ -124,7 +124,7 @@ def _start(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: Array, k
     cache = encode_and_init(model, params, inputs_BS, spec.max_len,
                             ops.cache.beam_rows(spec.beam_size) if beam else None, prepared)
     _, state = make_step_fn(model, params, cache, valid_B, prepared)
-    ranks = ops.for_search(prepared, spec.beam_size if beam else 1)
+    ranks = ops.for_search(prepared, spec.hypotheses)
     return cache, _search(model_cfg, ranks, spec, keys_B, alpha, temperature).init(state)
 
 
@@ -137,7 +137,7 @@ def _advance(params: PyTree, prepared: PyTree, cache: PyTree, carry: PyTree, sta
     """Steps ``start .. start + steps - 1``; returns (carry, best tokens int32 [T], done)."""
     model = Transformer(model_cfg, ops)
     step_fn, _ = make_step_fn(model, params, cache, valid_B, prepared)
-    ranks = ops.for_search(prepared, spec.beam_size if spec.method == "beam" else 1)
+    ranks = ops.for_search(prepared, spec.hypotheses)
     run = _search(model_cfg, ranks, spec, keys_B, alpha, temperature)
     steps_K = start + jnp.arange(steps, dtype=jnp.int32)
     carry = lax.scan(lambda c, step: (run.step(c, step, step_fn), None), carry, steps_K)[0]

@@ -158,7 +158,7 @@ class Translator:
         take 128 rows, so 32 sentences at beam 4), and each device's share of the cache
         fits decode.memory_limit."""
         devices = self.placement.rows_multiple
-        beam = spec.beam_size if spec.method == "beam" else 1
+        beam = spec.hypotheses
         fast = self.ops.cache.rows_max(self.prepared)
         if fast is not None:
             batch_size = min(batch_size, max(1, fast // beam) * devices)

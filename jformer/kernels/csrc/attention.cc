@@ -89,8 +89,7 @@ void weighted_sum(const float* p, int64_t n, Row row, int64_t K, const float* in
 
 // p[0, n) <- softmax(p): the max subtracted, a 16-lane exp, normalised by the sum
 void softmax_inplace(float* p, int64_t n) {
-  float top = p[0];
-  for (int64_t i = 1; i < n; ++i) top = p[i] > top ? p[i] : top;
+  const float top = jformer::max_of(p, n);
   for (int64_t i = 0; i < n; ++i) p[i] -= top;
   jformer::exp_inplace(p, n);
   float total = 0.0f;

@@ -16,10 +16,11 @@
 // NaN is not supported, as in jformer.kernels.topk.fast_top_k: a candidate ranks a NaN
 // entry as -inf (and returns -inf for it). Rows are shared out over XLA's intra-op
 // threads.
-// tests/kernels/test_native_search.py checks both against their plain forms.
+// tests/kernels/test_native_search.py checks each against its plain form.
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "parallel.h"
@@ -38,23 +39,10 @@ using jformer::v16;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-float row_max(const float* x, int64_t n) {
-  v16 top = v16{} + kNegInf;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const v16 v = load(x + i);
-    top = v > top ? v : top;
-  }
-  float out = kNegInf;
-  for (int j = 0; j < 16; ++j) out = top[j] > out ? top[j] : out;
-  for (; i < n; ++i) out = x[i] > out ? x[i] : out;
-  return out;
-}
-
 // out[i] = (x[i] - max) - log(sum_j exp(x[j] - max)): a pass for the max, one for the
 // sum (two accumulators, so that consecutive exps overlap), one to write
 void log_softmax_row(const float* x, int64_t n, float* out) {
-  const float top = row_max(x, n);
+  const float top = jformer::max_of(x, n);
   v16 total0 = v16{}, total1 = v16{};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -153,18 +141,17 @@ void row_best(const float* x, int64_t V, Best& best) {
 
 // Row b: its W beams' best per_beam each, then the best k of those, in flattened
 // [W * V] order (beam-major), so equal values go to the lower beam, then lower token.
-// scratch_v, scratch_i: W * per_beam entries each.
+// scratch_v, scratch_i: W * per_beam entries each; flat: k.
 void row_candidates(const float* ext_WV, int64_t W, int64_t V, int64_t k, int64_t per_beam,
                     float* logp, int32_t* parent, int32_t* token, float* scratch_v,
-                    int32_t* scratch_i) {
+                    int32_t* scratch_i, int32_t* flat) {
   for (int64_t w = 0; w < W; ++w) {
     Best best{per_beam, 0, scratch_v + w * per_beam, scratch_i + w * per_beam};
     row_best(ext_WV + w * V, V, best);
   }
   // Beam w's list is sorted best first, equal values by token: pushed beam by beam, every
   // equal pair arrives in flattened-index order.
-  std::vector<int32_t> flat(k);
-  Best merged{k, 0, logp, flat.data()};
+  Best merged{k, 0, logp, flat};
   for (int64_t w = 0; w < W; ++w)
     for (int64_t j = 0; j < per_beam; ++j)
       merged.push(scratch_v[w * per_beam + j], static_cast<int32_t>(w * per_beam + j));
@@ -174,32 +161,35 @@ void row_candidates(const float* ext_WV, int64_t W, int64_t V, int64_t k, int64_
   }
 }
 
-ffi::Error LogSoftmaxImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NV,
-                          ffi::ResultBuffer<ffi::F32> out_NV) {
+// row(r, x_r, V) for every row r of x [N, V] (x_r: its V entries), shared out over the pool
+template <typename Row>
+ffi::Error each_row(const char* what, ffi::ThreadPool pool, const ffi::Buffer<ffi::F32>& x_NV,
+                    Row row) {
   const auto d = x_NV.dimensions();
   if (d.size() != 2 || d[1] < 1)
-    return ffi::Error::InvalidArgument("log_softmax: expected x [N, V], V >= 1");
+    return ffi::Error::InvalidArgument(std::string(what) + ": expected x [N, V], V >= 1");
   const int64_t N = d[0], V = d[1];
   const float* x = x_NV.typed_data();
-  float* out = out_NV->typed_data();
   jformer::parallel_for(pool, N, [=](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) log_softmax_row(x + r * V, V, out + r * V);
+    for (int64_t r = begin; r < end; ++r) row(r, x + r * V, V);
   }, N * V);
   return ffi::Error::Success();
 }
 
+ffi::Error LogSoftmaxImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NV,
+                          ffi::ResultBuffer<ffi::F32> out_NV) {
+  float* out = out_NV->typed_data();
+  return each_row("log_softmax", pool, x_NV, [=](int64_t r, const float* x, int64_t V) {
+    log_softmax_row(x, V, out + r * V);
+  });
+}
+
 ffi::Error ArgmaxImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NV,
                       ffi::ResultBuffer<ffi::S32> out_N) {
-  const auto d = x_NV.dimensions();
-  if (d.size() != 2 || d[1] < 1)
-    return ffi::Error::InvalidArgument("argmax: expected x [N, V], V >= 1");
-  const int64_t N = d[0], V = d[1];
-  const float* x = x_NV.typed_data();
   int32_t* out = out_N->typed_data();
-  jformer::parallel_for(pool, N, [=](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) out[r] = row_argmax(x + r * V, V);
-  }, N * V);
-  return ffi::Error::Success();
+  return each_row("argmax", pool, x_NV, [=](int64_t r, const float* x, int64_t V) {
+    out[r] = row_argmax(x, V);
+  });
 }
 
 ffi::Error BeamCandidatesImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> ext_BWV,
@@ -217,10 +207,10 @@ ffi::Error BeamCandidatesImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> ext_BW
   int32_t *parent = parent_BK->typed_data(), *token = token_BK->typed_data();
   jformer::parallel_for(pool, B, [=](int64_t begin, int64_t end) {
     std::vector<float> scratch_v(W * per_beam);
-    std::vector<int32_t> scratch_i(W * per_beam);
+    std::vector<int32_t> scratch_i(W * per_beam), flat(k);
     for (int64_t b = begin; b < end; ++b)
       row_candidates(ext + b * W * V, W, V, k, per_beam, logp + b * k, parent + b * k,
-                     token + b * k, scratch_v.data(), scratch_i.data());
+                     token + b * k, scratch_v.data(), scratch_i.data(), flat.data());
   }, B * W * V);
   return ffi::Error::Success();
 }

@@ -42,4 +42,20 @@ inline void store_n(float* p, v16 v, int64_t n) {
 #endif
 }
 
+// The largest of x[0, n) (NaN ignored; -inf for n = 0 or no entry above it), 16 lanes at a
+// time
+inline float max_of(const float* x, int64_t n) {
+  constexpr float neg_inf = -__builtin_inff();
+  v16 top = v16{} + neg_inf;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v16 v = load(x + i);
+    top = v > top ? v : top;
+  }
+  float out = neg_inf;
+  for (int j = 0; j < 16; ++j) out = top[j] > out ? top[j] : out;
+  for (; i < n; ++i) out = x[i] > out ? x[i] : out;
+  return out;
+}
+
 }  // namespace jformer
