@@ -12,8 +12,9 @@ The panels:
    32 target tokens): jformer float32 and bfloat16, the Flax WMT example, HF Marian;
 2. decoding the small config greedily, generated tokens/s against sentences per call
    (32 source tokens, exactly 32 generated): jformer float32 and int8 (``--decode-dtypes``),
-   the Flax WMT example, HF Marian, CTranslate2 float32 and int8 (at each thread setting: one worker of 1 or 2
-   threads, 2 one-thread workers splitting the batch; the fastest counts);
+   the Flax WMT example, HF Marian, CTranslate2 float32 and int8 (at each thread setting:
+   one worker of 1 or 2 threads, 2 one-thread workers splitting the batch; each with
+   ``CT2_USE_MKL`` 0 (oneDNN) and 1 (MKL); the fastest counts);
 3. training tokens/s against model size: small, base and the paper's big (1024 wide,
    6 + 6 layers) at ``--size-batch`` sentences.
 
@@ -62,6 +63,8 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--decode-calls", type=int, default=5)
     p.add_argument("--ct2-threads", default="1,2")
+    p.add_argument("--ct2-mkl", default="0,1",
+                   help="CT2_USE_MKL values (0: oneDNN, 1: MKL); the faster counts")
     p.add_argument("--jformer-devices", default="1,2",
                    help="jformer's decoding device settings (batches over 1 that n divides)")
     p.add_argument("--peer-python", default=sys.executable)
@@ -74,6 +77,7 @@ def _parse(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="checks that it runs: two points per panel, small only, no gate")
     args = p.parse_args(argv)
+    args.decode_config = "small"  # panel 2; compare.py's jobs read it
     if args.quick:
         args.train_batches, args.decode_batches, args.sizes = "2,4", "1,2", "small"
         args.size_batch, args.dtypes, args.decode_calls, args.no_gate = 2, "float32", 2, True
@@ -195,6 +199,14 @@ def report(args, best: dict, memory: dict, meta: dict, engines: list[str]) -> No
     print(f"\nwrote {args.png}")
 
 
+def decode_jobs(args: argparse.Namespace, batch: int, peers: list[str], tmp: str,
+                ct2_dir: str) -> tuple[list, list]:
+    """Panel 2's point at ``batch``: compare.py's greedy decoding jobs, jformer at
+    ``--decode-dtypes``."""
+    decode_args = argparse.Namespace(**{**vars(args), "dtypes": args.decode_dtypes})
+    return compare.decode_jobs(decode_args, batch, 1, peers, tmp, ct2_dir)
+
+
 def main(argv=None) -> int:
     args = _parse(argv)
     if args.redraw:
@@ -211,7 +223,6 @@ def main(argv=None) -> int:
           f"GLIBC_TUNABLES={env['GLIBC_TUNABLES']} for every process", flush=True)
     for peer, how in missing.items():
         print(f"peer {peer} skipped: {how}", flush=True)
-    decode_args = argparse.Namespace(**{**vars(args), "dtypes": args.decode_dtypes})
     with tempfile.TemporaryDirectory(prefix="jformer-scaling-") as tmp:
         ct2_dir = ""
         if "ct2" in peers:
@@ -221,7 +232,7 @@ def main(argv=None) -> int:
                 peers.remove("ct2")
         groups = [train_jobs(args, "small", int(b), peers, tmp)
                   for b in compare._list(args.train_batches)]
-        groups += [compare.decode_jobs(decode_args, int(b), 1, peers, tmp, ct2_dir)
+        groups += [decode_jobs(args, int(b), peers, tmp, ct2_dir)
                    for b in compare._list(args.decode_batches)]
         groups += [train_jobs(args, c, args.size_batch, peers, tmp)
                    for c in compare._list(args.sizes)

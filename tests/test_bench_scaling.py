@@ -53,6 +53,35 @@ def test_the_wrapper_sets_the_batch_adds_big_and_passes_the_arguments(tmp_path):
         override.main([str(other), "--"])
 
 
+def test_a_decoding_point_runs_every_side_at_every_setting(tmp_path):
+    args = scaling._parse(["--decode-dtypes", "float32,int8", "--ct2-threads", "1,2"])
+    ours, theirs = scaling.decode_jobs(args, 32, ["marian", "ct2"], str(tmp_path), "CT2DIR")
+    assert [(j.engines, j.detail) for j in ours] == [
+        (("jformer float32",), "1 device"), (("jformer float32",), "2 devices"),
+        (("jformer int8",), "1 device"), (("jformer int8",), "2 devices")]
+    assert all(j.argv[j.argv.index("--configs") + 1] == "small"
+               and j.argv[j.argv.index("--beams") + 1] == "1" for j in ours)
+    ct2 = [j for j in theirs if j.engines[0].startswith("CTranslate2")]
+    # float32 and int8, x (1 thread, 2 threads, 2 workers x 1 thread), x MKL off and on
+    assert len(ct2) == 12 and len(theirs) == 13
+    assert {j.env["CT2_USE_MKL"] for j in ct2} == {"0", "1"}
+    assert {j.engines[0] for j in ct2} == {"CTranslate2 float32", "CTranslate2 int8"}
+
+
+def test_the_ct2_model_is_prepared_at_the_small_config(tmp_path, monkeypatch):
+    asked = []
+
+    def run_job(job, env, timeout, cwd):
+        asked.append(job)
+        return {"result": {"ct2_dir": "converted"}}
+
+    monkeypatch.setattr(scaling.compare, "run_job", run_job)
+    args = scaling._parse([])
+    assert scaling.compare.prepare_ct2(args, {}, str(tmp_path)) == ("converted", "")
+    spec = json.loads(asked[0].argv[asked[0].argv.index("--worker") + 1])
+    assert spec["task"] == "prepare" and spec["config"] == "small"
+
+
 def test_big_has_the_papers_sizes_in_each_scripts_keys():
     flax, torch = override.BIG["peer_flax_wmt.py"], override.BIG["peer_torch.py"]
     assert (flax["d_model"], flax["heads"], flax["ff"], flax["layers"]) == (1024, 16, 4096, 6)
