@@ -23,6 +23,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from jformer.data import spm_calls
+
 PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "<pad>", "<unk>", "<s>", "</s>"
 SIDES = ("source", "target")
 
@@ -92,12 +94,12 @@ class JointVocab:
         """Joint ids of ``texts`` segmented by ``side``'s model (module docstring)."""
         model, table = self.models[side], self._from_spm[side]
         codes, bodies = zip(*map(split_language_code, texts))
-        rows = model.Encode(list(bodies), out_type=int, num_threads=num_threads)
+        rows = spm_calls.each(model.Encode, bodies, num_threads, out_type=int)
         # A piece the model does not know comes back as its unknown id; its text may
         # still be a joint piece (one of the other side's), so look those up by text.
         unknown = [i for i, row in enumerate(rows) if model.unk_id() in row]
-        texts_of = dict(zip(unknown, model.Encode([bodies[i] for i in unknown], out_type=str,
-                                                  num_threads=num_threads))) if unknown else {}
+        texts_of = dict(zip(unknown, spm_calls.each(model.Encode, [bodies[i] for i in unknown],
+                                                    num_threads, out_type=str))) if unknown else {}
         tail = [self.eos_id] if add_eos else []
         out = []
         for i, (code, row) in enumerate(zip(codes, rows)):

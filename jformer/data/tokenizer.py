@@ -35,7 +35,7 @@ import numpy as np
 import sentencepiece as spm
 
 from jformer.config import VOCAB_MODEL_TYPES
-from jformer.data import joint_vocab
+from jformer.data import joint_vocab, spm_calls
 from jformer.data.joint_vocab import SIDES, JointVocab
 from jformer.workdir import files
 from jformer.workdir.files import write_atomically
@@ -285,7 +285,7 @@ class Tokenizer:
         threads = num_threads or _default_threads()
         if self._joint:
             return self._joint.encode(texts, side, add_eos, threads)
-        return self._sp.Encode(texts, out_type=int, add_eos=add_eos, num_threads=threads)
+        return spm_calls.each(self._sp.Encode, texts, threads, out_type=int, add_eos=add_eos)
 
     def decode(self, rows: Sequence[Sequence[int]] | np.ndarray,
                num_threads: int | None = None, *, side: str = "target") -> list[str]:
@@ -306,9 +306,9 @@ class Tokenizer:
             return []
         threads = num_threads or _default_threads()
         if self._joint:
-            return self._joint.models[side].Decode(self._joint.to_spm(cleaned, side),
-                                                   num_threads=threads)
-        return self._sp.Decode(cleaned, num_threads=threads)
+            return spm_calls.each(self._joint.models[side].Decode,
+                                  self._joint.to_spm(cleaned, side), threads)
+        return spm_calls.each(self._sp.Decode, cleaned, threads)
 
     def _clean_2d(self, ids_BL: np.ndarray) -> list[list[int]]:
         """Rows of ids_BL [batch, len] cut before the first EOS, without PAD/BOS."""
