@@ -17,9 +17,10 @@ compiles during a timed pass. Then --soak requests at the largest client count w
 server's resident memory (process_resident_memory_bytes) every tenth of the way. Then,
 the server stopped, the ceiling: the same sentences through one
 ``Translator.translate`` call in this process, with the server's batch size, after a
-warm-up call. Last, the issue's targets: 32 clients >= 8x 1 client, >= 70% of the
-ceiling, zero errors, no memory growth (the soak's last reading within 5% of its
-first); --check exits 1 when one is missed.
+warm-up call. Last, the issue's targets: 32 clients >= 85% of the ceiling, zero errors,
+no memory growth (the soak's last reading within 5% of its first); --check exits 1 when
+one is missed. 32 clients against 1 is printed without a target: on 2 cores the
+ceiling itself is only 4-4.5x one client, so the old 8x could not hold.
 """
 from __future__ import annotations
 
@@ -29,7 +30,6 @@ import json
 import os
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -229,10 +229,11 @@ def report(levels: list[dict], ceiling_rate: float, memory: list[float],
     checks = []
     if 1 in by_clients and 32 in by_clients:
         ratio = by_clients[32]["throughput"] / by_clients[1]["throughput"]
-        checks.append((f"32 clients >= 8x 1 client: {ratio:.1f}x", ratio >= 8))
+        print(f"32 clients / 1 client: {ratio:.1f}x; ceiling / 1 client: "
+              f"{ceiling_rate / by_clients[1]['throughput']:.1f}x")
     if 32 in by_clients:
         share = by_clients[32]["throughput"] / ceiling_rate
-        checks.append((f"32 clients >= 70% of the ceiling: {100 * share:.0f}%", share >= 0.7))
+        checks.append((f"32 clients >= 85% of the ceiling: {100 * share:.0f}%", share >= 0.85))
     errors = sum(len(r["errors"]) for r in levels) + soak_errors
     checks.append((f"zero errors (levels and soak): {errors}", errors == 0))
     if memory:

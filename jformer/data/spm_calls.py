@@ -4,10 +4,11 @@
 that call. On a 2-core AMD EPYC (Zen 4), 2026-11-29, a short sentence cost about 46 us
 through a one-item list (num_threads 1 or 2) against 6 us as a plain string; per text,
 16 texts cost 6.2 us as one list call against 5.9 in single calls, 64 texts 4.8 against
-5.7. On a busy machine the pool costs far more: `jformer serve`, which tokenizes every
-request on its own, spent a third of its event loop's samples in that call. So a list
-shorter than :data:`POOLED_FROM` goes through single calls, and a longer one through
-one pooled call.
+5.7; decoding one short sentence, 107 us through a list against 3.7 us (rough). So a
+list shorter than :data:`POOLED_FROM` goes through single calls, and a longer one
+through one pooled call. (`jformer serve` tokenizes every request on its own; py-spy had
+put a third of its event loop's samples in the list call, though taking it out did not
+move the server's throughput: bench/README.md.)
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ _WHERE = {  # name -> the module that defines it
     "join_hypotheses": "results",
     "Segmentation": "segment", "split_to_fit": "segment",
     "StreamUpdate": "streaming", "stream": "streaming",
+    "Pending": "launches",
     "Translator": "translator", "check_params": "translator",
 }
 __all__ = sorted([*_WHERE, "scoring"])

@@ -6,15 +6,14 @@
 
 Sentences are encoded, grouped into length buckets and batches (:mod:`.buckets`),
 decoded by compiled batch programs (:mod:`.batch_decode`) on the devices, which take
-whole batches in turn or split each one (:mod:`.placement`), and returned in input order.
+whole batches in turn or split each one (:mod:`.placement`), launched ahead of the host's
+reading (:mod:`.launches`), and returned in input order.
 A sentence longer than model.max_len is cut into pieces that fit (:mod:`.segment`;
 ``decode.overlong``), whose translations are joined back; ``decode.memory_limit`` caps
 the rows of a batch so its cache fits (:mod:`.memory`).
 """
 from __future__ import annotations
 
-import collections
-import dataclasses
 import functools
 import os
 import warnings
@@ -27,20 +26,20 @@ import numpy as np
 from jformer import search
 from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
-from jformer.inference.batch_decode import (CHUNK_SIZE, SearchSpec, batch_inputs,
-                                            encode_and_init, make_step_fn, prepare)
+from jformer.inference.batch_decode import (CHUNK_SIZE, SearchSpec, encode_and_init,
+                                            make_step_fn, prepare)
 from jformer.inference import alignment, forced, html_format, memory, placement, prefixes
 from jformer.inference import compile_cache as xla_cache, programs
-from jformer.inference.constraints import (batch_constraints, encode_constraints,
-                                           for_sources, phrase_ends)
-from jformer.inference.buckets import output_len, padded_rows, plan_batches, source_buckets
+from jformer.inference.constraints import encode_constraints, for_sources
+from jformer.inference.buckets import output_len, source_buckets
 from jformer.inference.keys import key_source
 from jformer.inference import shortlist as shortlists
 from jformer.inference.precision import for_decoding, int8
 from jformer.inference.restore import check_params, load_workdir
 from jformer.inference.settings import SearchSettings, check_positive_int
 from jformer.inference.sources import Pieces, Sources, encode
-from jformer.inference.results import Hypothesis, read_batch, sentence_results
+from jformer.inference.launches import Pending, launch
+from jformer.inference.results import sentence_results
 from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.types import Array, PyTree
@@ -110,7 +109,7 @@ class Translator:
         self.shortlist = (shortlists.load(self.decode_cfg.shortlist, model_cfg.vocab_size)
                           if self.decode_cfg.shortlist else None)
         # every list keeps EOS and UNK (read only with a shortlist)
-        self._listed_always = () if self.shortlist is None else (model_cfg.eos_id,
+        self.shortlist_always = () if self.shortlist is None else (model_cfg.eos_id,
                                                                  tokenizer.unk_id)
 
     @classmethod
@@ -137,6 +136,12 @@ class Translator:
         kwargs.setdefault("source_lang", config.data.src_lang)
         return cls(config.model, params, tokenizer, decode_cfg or config.decode, **kwargs)
 
+    @property
+    def in_flight(self) -> int:
+        """Batches launched and not yet read, at most (:mod:`.placement`): what
+        ``translate(..., wait=False)`` callers may keep under way."""
+        return self.placement.in_flight
+
     # ------------------------------------------------------------------ encoding
     def encode_sources(self, sentences: Sequence[str]) -> list[np.ndarray | None]:
         """EOS-terminated int32 ids per sentence (None for an empty one, or one that
@@ -151,7 +156,7 @@ class Translator:
         return encode(self.tokenizer, sentences, policy, self.model_cfg.max_len,
                       self.model_cfg.eos_id, self.source_lang)
 
-    def _rows_that_fit(self, batch_size: int, bucket: int, spec: SearchSpec) -> int:
+    def rows_for_batch(self, batch_size: int, bucket: int, spec: SearchSpec) -> int:
         """batch_size, or fewer sentences (a multiple of the devices a batch is split
         over): so that a decode step on one device stays within the rows its prepared
         weights serve fastest (``Ops.cache.rows_max``: the CPU kernels' packed products
@@ -180,7 +185,7 @@ class Translator:
                   prefix_bias_beta: float | None = None,
                   return_alignments: bool = False,
                   constraints: Sequence[Sequence[str] | None] | None = None,
-                  format: str = "text") -> list:
+                  format: str = "text", wait: bool = True) -> list | Pending:
         """Translates ``sentences``; results come back in input order.
 
         Args:
@@ -217,6 +222,9 @@ class Translator:
           format: "text", or "html": each sentence is HTML, its inline tags and
             placeholders put back around their words by word alignment
             (:mod:`.html_format`; not with target_prefix, constraints, alignments).
+          wait: False returns a :class:`.launches.Pending` as soon as the first batches
+            are launched (html: once translated); its ``result()`` is what
+            ``wait=True`` returns. The devices decode while the caller works.
         Returns:
           per sentence a str (or Hypothesis); with n_best > 1 a list of them, best first
           (an empty input gives a one-element list).
@@ -232,7 +240,8 @@ class Translator:
         :class:`OverlongWarning`; "error" raises :class:`OverlongError`.
         """
         if html_format.check_format(format):  # this method's arguments, by name
-            return html_format.translate(self, sentences, locals())
+            out = html_format.translate(self, sentences, locals())
+            return out if wait else Pending.done(out)
         settings = SearchSettings.of(self.decode_cfg, method=method, beam_size=beam_size,
                                      alpha=alpha, n_best=n_best, max_len=max_len,
                                      temperature=temperature, top_k=top_k)
@@ -253,11 +262,17 @@ class Translator:
         for i, ids in enumerate(sources.ids):  # empty, with a prefix or constraints: decode
             if ids is None and (first[i] is not None or cons[i] is not None):
                 sources.ids[i] = np.array([self.model_cfg.eos_id], np.int32)
-        hyps = self._decode_sources(sources, settings, batch_size, key_data, fold_first,
-                                    first, beta, cons)
-        results = sentence_results(encoded, hyps, settings.n_best, self.model_cfg.eos_id,
-                                   return_scores or return_alignments)
-        return alignment.attach(self, sentences, results) if return_alignments else results
+        batches = launch(self, sources, settings, batch_size, key_data, fold_first, first,
+                         beta, cons)
+
+        def finish() -> list:
+            results = sentence_results(encoded, batches.finish(), settings.n_best,
+                                       self.model_cfg.eos_id,
+                                       return_scores or return_alignments)
+            return (alignment.attach(self, sentences, results) if return_alignments
+                    else results)
+        pending = Pending(finish)
+        return pending.result() if wait else pending
 
     def score(self, sources: Sequence[str], targets: Sequence[str],
               alpha: float | None = None,
@@ -292,93 +307,6 @@ class Translator:
             raise ValueError(f"batch_size must be a multiple of devices={split} "
                              f"(each device decodes an equal share); got {batch_size}")
         return batch_size
-
-    def _decode_sources(self, sources: "Sources", settings: SearchSettings, batch_size: int,
-                        key_data: np.ndarray, fold_first: bool,
-                        prefix_ids: list[np.ndarray | None],
-                        beta: float | None, phrases: list) -> list[list[Hypothesis]]:
-        """The hypotheses of every source (an empty one: one empty hypothesis), decoded
-        bucket by bucket in batches of at most ``batch_size`` sentences; ``prefix_ids``:
-        each source's target prefix (None: none), forced or, with ``beta``, biased;
-        ``phrases``: its lexical constraints (None: none)."""
-        specs = {bucket: settings.spec(self.output_positions(bucket, settings.max_len),
-                                       self.chunk_size, self.decode_cfg.eos_candidates,
-                                       self.decode_cfg.shrink_floor)
-                 for bucket in self.buckets}
-        caps: dict[int, int] = {}
-
-        def rows_for(bucket: int) -> int:  # checked only for buckets in use
-            if bucket not in caps:
-                caps[bucket] = self._rows_that_fit(batch_size, bucket, specs[bucket])
-            return caps[bucket]
-
-        empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
-        hyps: list[list[Hypothesis]] = [[empty] for _ in sources.ids]
-        split = self.placement.rows_multiple
-        plan = [(bucket, idx, padded_rows(len(idx), rows_for(bucket), split))
-                for bucket, idx in plan_batches(sources.ids, self.buckets, rows_for)]
-        # Every batch's keys before any batch runs: keys computed while the devices
-        # decode would wait for them, and so would the batch they were for.
-        batch_keys = [sources.batch_keys(idx, rows, key_data, fold_first)
-                      for _, idx, rows in plan]
-        running: collections.deque = collections.deque()  # launched, not yet read
-
-        def read_oldest() -> None:
-            idx, out, spec = running.popleft()
-            greedy_alpha = settings.penalty_alpha if spec.method == "greedy" else 0.0
-            for i, h in zip(idx, read_batch(out, len(idx), settings.n_best, greedy_alpha,
-                                            self.tokenizer)):
-                hyps[i] = h
-
-        batches = []  # (idx, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C)
-        for (bucket, idx, rows), keys in zip(plan, batch_keys):
-            batch_prefix = [prefix_ids[i] for i in idx]
-            prefixes.check_fits(batch_prefix, sources.owner[idx], specs[bucket].max_len)
-            prefix_BP = prefixes.batch_prefixes(batch_prefix, rows)
-            spec = specs[bucket] if prefix_BP is None else dataclasses.replace(
-                specs[bucket], prefix_len=prefix_BP.shape[1], prefix_bias=beta is not None)
-            cons_BCL, spec = batch_constraints(
-                [phrases[i] for i in idx], sources.owner[idx], rows, spec, settings.beam_size,
-                settings.n_best, self.decode_cfg.eos_candidates)
-            short_C = shortlists.for_batch(
-                self.shortlist, [sources.ids[i] for i in idx],
-                [batch_prefix, [phrases[i] for i in idx]],
-                self._listed_always, self.model_cfg.eos_id)
-            batches.append((idx, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C))
-
-        def inputs(rows_in, bucket, rows, keys, prefix_BP, cons_BCL, short_C) -> tuple:
-            return batch_inputs(self.model_cfg, rows_in, bucket, rows, keys,
-                                settings.penalty_alpha, settings.temperature, beta or 0.0,
-                                prefix_BP, cons_BCL,
-                                None if cons_BCL is None else phrase_ends(self.tokenizer),
-                                short_C)
-
-        # Every program a call of several batches needs starts loading now, on the
-        # store's reader thread, while the first batches decode (one look per program
-        # and device; a single batch would only wait for it, as a server's calls would).
-        seen = set()
-        for index, (_, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C) in enumerate(
-                batches if len(batches) > 1 else ()):
-            shapes = (bucket, rows, spec, np.shape(prefix_BP), np.shape(cons_BCL),
-                      np.shape(short_C), index % len(self.placement.devices))
-            if shapes not in seen:
-                seen.add(shapes)
-                self.placement.prefetch(
-                    self.programs, index,
-                    inputs([], bucket, rows, keys, prefix_BP, cons_BCL, short_C),
-                    model_cfg=self.model_cfg, ops=self.ops, spec=spec)
-        for index, (idx, bucket, rows, spec, keys, prefix_BP, cons_BCL, short_C) in enumerate(
-                batches):
-            while len(running) >= self.placement.in_flight:
-                read_oldest()
-            args = inputs([sources.ids[i] for i in idx], bucket, rows, keys, prefix_BP,
-                          cons_BCL, short_C)
-            running.append((idx, self.placement.launch(self.programs, index, args,
-                                                       model_cfg=self.model_cfg, ops=self.ops,
-                                                       spec=spec), spec))
-        while running:
-            read_oldest()
-        return hyps
 
     def output_positions(self, bucket: int, max_len: int | None) -> int:
         """Output positions for a source bucket: the a * len + b rule, or ``max_len``

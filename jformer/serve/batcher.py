@@ -16,9 +16,13 @@ server answers a lone request after at most ``max_wait_s``, as Triton's dynamic 
 does with max_queue_delay.
 
 One thread decodes, because two jitted decodes at once only fight for the same cores;
-the event loop that answers health checks, metrics and 503s never waits for it. Other
-work that needs the model (loading, warm-up, attention maps) runs on the same thread
-between batches (:meth:`Batcher.call`).
+the event loop that answers health checks, metrics and 503s never waits for it. The
+thread launches a batch and, if another is due, launches that one too before it reads
+the first (up to the Translator's ``in_flight`` unread, :mod:`jformer.inference.launches`):
+the device then decodes the second while the thread turns the first into answers and
+takes the next, instead of idling through that Python work. Other work that needs the
+model (loading, warm-up, attention maps) runs on the same thread between batches, once
+the launched ones are read (:meth:`Batcher.call`).
 
 Sampling: a job carries the seed and each sentence's position in its request, and
 sentence i samples with ``fold_in(key(seed), i)`` (one key per row, passed to
@@ -172,6 +176,7 @@ class Batcher:
         self._queued = 0
         self._stopping = False
         self._rate = 0.0  # sentences per second of recent batches (for Retry-After)
+        self._last_read = -math.inf  # when the decoder thread last finished a batch
         self._thread = threading.Thread(target=self._run, name="jformer-decoder",
                                         daemon=True)
 
@@ -236,36 +241,47 @@ class Batcher:
 
     # ------------------------------------------------------------ decoder thread
     def _run(self) -> None:
+        """Launches each due batch as soon as it is taken, and reads a launched batch
+        when the translator's ``in_flight`` are unread or nothing else is due: so the
+        device decodes batch k + 1 while this thread turns batch k into answers. A call
+        runs after every launched batch is read (it may change the model)."""
+        unread: collections.deque[_Launched] = collections.deque()
         while True:
-            task = self._next_task()
+            task = self._next_task(wait=not unread)
             if task is None:
-                return
-            kind, payload = task
-            if kind == "call":
-                fn, future = payload
+                if not unread:
+                    return
+                self._read(unread.popleft())
+            elif task[0] == "call":
+                while unread:
+                    self._read(unread.popleft())
+                fn, future = task[1]
                 if future.set_running_or_notify_cancel():
                     try:
                         future.set_result(fn())
                     except BaseException as e:  # handed to whoever waits
                         future.set_exception(e)
             else:
-                self._decode(*payload)
+                unread.append(self._launch(*task[1]))
+                if len(unread) >= self.translator.in_flight:
+                    self._read(unread.popleft())
 
-    def _next_task(self) -> tuple[str, Any] | None:
-        """Blocks until a call or a due group is there; None once stopped and empty."""
+    def _next_task(self, wait: bool) -> tuple[str, Any] | None:
+        """A call or a due group; if there is none, None when not ``wait``, else blocks
+        until one is there (None once stopped and empty)."""
         with self._cond:
             while True:
                 if self._calls:
                     return "call", self._calls.popleft()
-                key, wait = self._due(self._clock())
+                key, wait_s = self._due(self._clock())
                 if key is not None:
                     units = self._take(key)
                     if units:
                         return "batch", (key, units)
                     continue  # only abandoned sentences were there
-                if self._stopping and not self._groups:
+                if not wait or (self._stopping and not self._groups):
                     return None
-                self._cond.wait(wait)
+                self._cond.wait(wait_s)
 
     def _due(self, now: float) -> tuple[GroupKey | None, float | None]:
         """The due group with the oldest sentence, else how long until one is due."""
@@ -300,21 +316,58 @@ class Batcher:
         self.metrics.queue_depth.set(self._queued)
         return batch
 
-    def _decode(self, key: GroupKey, units: list[_Unit]) -> None:
-        """One decoder batch; every job in it gets its results or the error, and the
-        thread goes on whatever happened."""
+    def _launch(self, key: GroupKey, units: list[_Unit]) -> "_Launched":
+        """Starts one decoder batch (``translate(..., wait=False)``); a failure to start
+        is kept for :meth:`_read` to answer."""
+        start = self._clock()
+        settings = key[0]
         try:
-            hyps, seconds, start = self._translate(key[0], units)
+            # Pad the sentence list to the rows the Translator pads the batch to anyway
+            # (the last sentence again; its copies' results are dropped): decoding costs
+            # the same, and translate() only ever sees the few row counts warm-up
+            # compiled, not each count from 1 to max_batch (its per-call key ops compile
+            # per count).
+            rows = padded_rows(len(units), self.max_batch, self.devices)
+            padded = units + [units[-1]] * (rows - len(units))
+            rng = None
+            if settings.method == "sample":
+                rng = jax.random.wrap_key_data(
+                    np.stack([u.job.key_data(u.index) for u in padded]))
+            prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in padded]
+            phrases = [u.job.constraints and u.job.constraints[u.index] for u in padded]
+            pending = self.translator.translate(
+                [u.job.sentences[u.index] for u in padded], return_scores=True,
+                batch_size=self.max_batch, rng=rng,
+                target_prefix=prefixes if any(prefixes) else None,
+                constraints=phrases if any(phrases) else None, wait=False,
+                **settings.translate_kwargs())
+            return _Launched(units, pending, None, start)
+        except Exception as e:
+            return _Launched(units, None, e, start)
+
+    def _read(self, batch: "_Launched") -> None:
+        """Waits for a launched batch; every job in it gets its results or the error,
+        and the thread goes on whatever happened."""
+        units = batch.units
+        try:
+            if batch.error is not None:
+                raise batch.error
+            hyps = batch.pending.result()[:len(units)]
+            hyps = [h if isinstance(h, list) else [h] for h in hyps]
             if len(hyps) != len(units):
                 raise RuntimeError(f"translate() gave {len(hyps)} results for "
                                    f"{len(units)} sentences")
+            # its own decoding time: from its launch, or from when the batch before it
+            # was read if it queued behind that one
+            end = self._clock()
+            seconds, self._last_read = end - max(batch.start, self._last_read), end
             if seconds > 0:
                 rate = len(units) / seconds
                 self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
             self.metrics.observe_batch(
                 len(units), sum(u.job.lengths[u.index] for u in units),
                 sum(len(h[0].ids) for h in hyps), seconds,
-                [start - u.job.enqueued for u in units])
+                [batch.start - u.job.enqueued for u in units])
             for unit, h in zip(units, hyps):
                 unit.job._deliver(unit.index, h)
         except Exception as e:  # answer every request of the batch, and go on
@@ -323,26 +376,9 @@ class Batcher:
             for job in {id(u.job): u.job for u in units}.values():
                 job._fail(e)
 
-    def _translate(self, settings: SearchSettings, units: list[_Unit]
-                   ) -> tuple[list[list], float, float]:
-        """(n_best hypotheses per unit, decode seconds, start time)."""
-        start = self._clock()
-        # Pad the sentence list to the rows the Translator pads the batch to anyway (the
-        # last sentence again; its copies' results are dropped): decoding costs the
-        # same, and translate() only ever sees the few row counts warm-up compiled, not
-        # each count from 1 to max_batch (its per-call key ops compile per count).
-        rows = padded_rows(len(units), self.max_batch, self.devices)
-        padded = units + [units[-1]] * (rows - len(units))
-        rng = None
-        if settings.method == "sample":
-            rng = jax.random.wrap_key_data(
-                np.stack([u.job.key_data(u.index) for u in padded]))
-        prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in padded]
-        phrases = [u.job.constraints and u.job.constraints[u.index] for u in padded]
-        hyps = self.translator.translate(
-            [u.job.sentences[u.index] for u in padded], return_scores=True,
-            batch_size=self.max_batch, rng=rng,
-            target_prefix=prefixes if any(prefixes) else None,
-            constraints=phrases if any(phrases) else None, **settings.translate_kwargs())
-        hyps = [h if isinstance(h, list) else [h] for h in hyps[:len(units)]]
-        return hyps, self._clock() - start, start
+
+class _Launched(NamedTuple):
+    units: list[_Unit]
+    pending: Any  # the translation's Pending (None if it failed to start)
+    error: Exception | None
+    start: float  # when it was launched

@@ -76,7 +76,7 @@ def test_missing_file(tmp_path):
 def test_empty_corpus(tmp_path):
     _write(tmp_path / "train.en", [])
     _write(tmp_path / "train.de", [])
-    with pytest.raises(ValueError, match=rf"empty corpus: .*train.en / .*train.de"):
+    with pytest.raises(ValueError, match=r"empty corpus: .*train.en / .*train.de"):
         sources.load_split(_text_cfg(tmp_path), "train")
     _write(tmp_path / "valid.en", ["", "  "])
     _write(tmp_path / "valid.de", ["x", ""])

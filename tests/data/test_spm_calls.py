@@ -1,9 +1,6 @@
 """Tests for jformer.data.spm_calls: few texts go through single calls, many through one
 pooled call, and a Tokenizer gives the same ids and texts either way."""
-import pytest
-
-from jformer.data import demo, spm_calls
-from jformer.data.tokenizer import Tokenizer
+from jformer.data import spm_calls
 
 
 class Recorder:
@@ -27,14 +24,6 @@ def test_many_items_go_in_one_pooled_call():
     items = tuple(f"t{i}" for i in range(spm_calls.POOLED_FROM))
     assert spm_calls.each(call, items, 4, out_type=int) == [f"<{x}>" for x in items]
     assert call.calls == [(list(items), dict(num_threads=4, out_type=int))]
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Tokenizer:
-    pairs = demo.generate_pairs(0, 300, 0, 0)["train"]
-    prefix = tmp_path_factory.mktemp("spm") / "spm"
-    return Tokenizer.train([s for s, _ in pairs] + [t for _, t in pairs], prefix, 400,
-                           num_threads=2)
 
 
 def test_single_and_pooled_calls_agree(tok):

@@ -2,21 +2,8 @@
 import numpy as np
 import pytest
 
-from jformer.data import demo
 from jformer.data.tokenizer import Tokenizer
-
-VOCAB = 400
-
-
-def _sentences(n: int = 300) -> list[str]:
-    pairs = demo.generate_pairs(0, n, 0, 0)["train"]
-    return [s for s, _ in pairs] + [t for _, t in pairs]
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Tokenizer:
-    prefix = tmp_path_factory.mktemp("spm") / "spm"
-    return Tokenizer.train(_sentences(), prefix, VOCAB, num_threads=2)
+from tests.data.conftest import TOK_VOCAB as VOCAB, demo_sentences as _sentences
 
 
 def test_special_ids_and_size_come_from_the_model(tok):

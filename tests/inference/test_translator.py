@@ -30,7 +30,8 @@ from jformer.data import demo
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.settings import SearchSettings
 from jformer.inference.batch_decode import SearchSpec
-from jformer.inference.translator import Hypothesis, Translator
+from jformer.inference.results import Hypothesis
+from jformer.inference.translator import Translator
 from jformer.model.masks import NEG_INF
 from tests.inference.record import record_batches
 from jformer.workdir import checkpoint, files

@@ -14,6 +14,7 @@ pytest.importorskip("prometheus_client", reason="needs the serve extra: pip inst
 import jax  # noqa: E402
 
 from jformer.inference import Hypothesis, bucket_for  # noqa: E402
+from jformer.inference.launches import Pending  # noqa: E402
 from jformer.serve.batcher import (  # noqa: E402
     Batcher, PendingRequest, QueueFull, Stopped)
 from jformer.inference.settings import SearchSettings  # noqa: E402
@@ -33,6 +34,7 @@ class Recording:
 
     def __init__(self, inner):
         self.inner, self.calls = inner, []
+        self.in_flight = inner.in_flight
 
     def translate(self, sentences, **kwargs):
         self.calls.append((list(sentences), {k: v for k, v in kwargs.items() if k != "rng"}))
@@ -41,17 +43,41 @@ class Recording:
 
 class Upper:
     """A fake translator: upper-cases; waits on ``gate``; raises on a sentence "BAD"."""
+    in_flight = 2
 
     def __init__(self):
         self.calls, self.gate = [], threading.Event()
         self.gate.set()
 
-    def translate(self, sentences, **kwargs):
+    def translate(self, sentences, wait=True, **kwargs):
         self.gate.wait(30)
         self.calls.append(list(sentences))
         if "BAD" in sentences:
             raise RuntimeError("the decoder blew up")
+        out = self.upper(sentences)
+        return out if wait else Pending.done(out)
+
+    def upper(self, sentences):
         return [Hypothesis(s.upper(), -1.0, np.zeros(2, np.int32), True) for s in sentences]
+
+
+class Unread(Upper):
+    """Upper whose launched batches are read later: ``events`` records each launch and
+    each read (``on_launch(batch)`` runs inside each launch)."""
+
+    def __init__(self, in_flight, on_launch=lambda batch: None):
+        super().__init__()
+        self.in_flight, self.on_launch, self.events = in_flight, on_launch, []
+
+    def translate(self, sentences, wait=True, **kwargs):
+        batch = sentences[0]
+        self.events.append(("launch", batch))
+        self.on_launch(batch)
+
+        def read():
+            self.events.append(("read", batch))
+            return self.upper(sentences)
+        return Pending(read)
 
 
 def job_for(translator, sentences, setting, loop, seed=None, positions=None):
@@ -251,6 +277,31 @@ def test_stop_decodes_what_is_queued_then_refuses_work():
     assert texts(asyncio.run(main())) == ["QUEUED"]
 
 
+@pytest.mark.parametrize("in_flight,order", [
+    (2, [("launch", "a"), ("launch", "b"), ("read", "a"), ("read", "b")]),
+    (1, [("launch", "a"), ("read", "a"), ("launch", "b"), ("read", "b")])])
+def test_a_due_batch_is_launched_before_the_one_under_way_is_read(in_flight, order):
+    unread = Unread(in_flight)
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.0, max_queue=64)
+    batcher.translator = unread
+    results = run(batcher, lambda loop: [fake_job(["a"], loop, bucket=16),
+                                         fake_job(["b"], loop, bucket=32)])
+    assert unread.events == order  # at most in_flight launched and unread
+    assert [texts(r) for r in results] == [["A"], ["B"]]
+    assert batcher.metrics.registry.get_sample_value("jformer_sentences_total") == 2
+
+
+def test_a_call_waits_until_the_launched_batches_are_read():
+    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.0, max_queue=64)
+    unread = Unread(2, on_launch=lambda batch: batcher.call(
+        lambda: unread.events.append(("call", batch))))
+    batcher.translator = unread
+    (result,) = run(batcher, lambda loop: [fake_job(["a"], loop)])
+    assert texts(result) == ["A"]
+    # the call was queued while "a" was launched: "a" is read before it runs
+    assert unread.events == [("launch", "a"), ("read", "a"), ("call", "a")]
+
+
 def test_calls_run_on_the_decoder_thread_between_batches():
     batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.0, max_queue=64)
     batcher.start()
@@ -288,8 +339,8 @@ def test_batches_reach_the_translator_padded_to_their_compiled_row_count():
 
 def test_a_malformed_result_fails_its_batch_not_the_decoder_thread():
     class Short(Upper):
-        def translate(self, sentences, **kwargs):
-            return super().translate(sentences, **kwargs)[:-1]
+        def translate(self, sentences, wait=True, **kwargs):
+            return Pending.done(super().translate(sentences)[:-1])
 
     batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.0, max_queue=64)
     batcher.translator = Short()
