@@ -171,11 +171,12 @@ class PretrainTask(Task):
                      train_data, eval_data)
 
     def init_params(self, job, rng, example):
-        params = init_params(job.model, rng, jnp.asarray(example["inputs"][:1]),
-                             jnp.asarray(example["token_types"][:1]))
+        def fresh():
+            return init_params(job.model, rng, jnp.asarray(example["inputs"][:1]),
+                               jnp.asarray(example["token_types"][:1]))
         if job.cfg.task.init_from:  # continued pretraining
-            params = warm_start.bert_from_pretrained(job.cfg, params, job.train_data.tokenizer)
-        return params
+            return warm_start.bert_from_pretrained(job.cfg, fresh, job.train_data.tokenizer)
+        return fresh()
 
     def loss(self, job):
         model, nsp = job.model, job.cfg.pretrain.next_sentence

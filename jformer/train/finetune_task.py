@@ -23,7 +23,6 @@ import logging
 import os
 
 import jax.numpy as jnp
-import numpy as np
 
 from jformer.config.fields import check, check_seed
 from jformer.data import demo
@@ -167,11 +166,12 @@ class FinetuneTask(Task):
 
     # ------------------------------------------------------------------ model, loss
     def init_params(self, job, rng, example):
-        params = init_params(job.model, rng, jnp.asarray(example["inputs"][:1]),
-                             jnp.asarray(example["token_types"][:1]))
+        def fresh():
+            return init_params(job.model, rng, jnp.asarray(example["inputs"][:1]),
+                               jnp.asarray(example["token_types"][:1]))
         if job.cfg.task.init_from:
-            params = warm_start.bert_from_pretrained(job.cfg, params, job.train_data.tokenizer)
-        return params
+            return warm_start.bert_from_pretrained(job.cfg, fresh, job.train_data.tokenizer)
+        return fresh()
 
     def loss(self, job):
         model, kind, pad = job.model, self.kind, job.cfg.model.pad_id

@@ -118,11 +118,12 @@ class TranslationTask(Task):
     def init_params(self, job, rng, example):
         inputs = jnp.asarray(example["inputs"][:1])
         targets = jnp.asarray(example["targets"][:1])
-        params = jax.jit(job.model.init)(rng, inputs, targets)["params"]
+        def fresh():
+            return jax.jit(job.model.init)(rng, inputs, targets)["params"]
         if job.cfg.task.init_from:
-            params = warm_start.translation_from_pretrained(
-                job.cfg, params, job.train_data.tokenizer)
-        return params
+            return warm_start.translation_from_pretrained(job.cfg, fresh,
+                                                          job.train_data.tokenizer)
+        return fresh()
 
     def train_step(self, job, tx, schedule):
         t = job.cfg.train

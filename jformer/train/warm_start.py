@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from typing import Callable
 
 import jax
 import numpy as np
@@ -104,14 +105,18 @@ def _refuse(pretrained: Pretrained, problems: list[str], what: str) -> None:
                          f"{'; '.join(problems)}")
 
 
-def bert_from_pretrained(cfg: Config, params: PyTree, tokenizer: Tokenizer) -> PyTree:
-    """``params`` (a fresh encoder model's) with the pretrained encoder and pooler."""
+def bert_from_pretrained(cfg: Config, fresh: Callable[[], PyTree],
+                         tokenizer: Tokenizer) -> PyTree:
+    """A fresh encoder model's params (``fresh()``, called only once the pretrained run
+    is found to fit, so that a refusal comes before the model's init compiles) with the
+    pretrained encoder and pooler."""
     pre = load(cfg.task.init_from, cfg.task.init_step)
     check_vocabulary(pre, tokenizer)
     problems = _model_differences(pre.cfg.model, cfg.model)
     problems += [f"bert.{n}: {getattr(pre.cfg.bert, n)} there, {getattr(cfg.bert, n)} here"
                  for n in _BERT_ARCHITECTURE if getattr(pre.cfg.bert, n) != getattr(cfg.bert, n)]
     _refuse(pre, problems, "this model")
+    params = fresh()
     out = dict(params)
     copied = ["encoder"] + (["pooler"] if "pooler" in params and "pooler" in pre.params else [])
     for name in copied:
@@ -122,9 +127,11 @@ def bert_from_pretrained(cfg: Config, params: PyTree, tokenizer: Tokenizer) -> P
     return out
 
 
-def translation_from_pretrained(cfg: Config, params: PyTree, tokenizer: Tokenizer) -> PyTree:
-    """``params`` (a fresh translation model's) with the pretrained encoder layers and
-    token embedding (see the module doc)."""
+def translation_from_pretrained(cfg: Config, fresh: Callable[[], PyTree],
+                                tokenizer: Tokenizer) -> PyTree:
+    """A fresh translation model's params (``fresh()``, called only once the pretrained
+    run is found to fit) with the pretrained encoder layers and token embedding (see the
+    module doc)."""
     pre = load(cfg.task.init_from, cfg.task.init_step)
     check_vocabulary(pre, tokenizer)
     m, b = pre.cfg.model, pre.cfg.bert
@@ -145,6 +152,7 @@ def translation_from_pretrained(cfg: Config, params: PyTree, tokenizer: Tokenize
         problems.append(f"its learned positions cover model.max_len={m.max_len} < "
                         f"{cfg.model.max_len} here")
     _refuse(pre, problems, "a translation model")
+    params = fresh()
     enc, src = dict(params["encoder"]), pre.params["encoder"]
     for i in range(cfg.model.num_encoder_layers):
         name = f"layer_{i}"
