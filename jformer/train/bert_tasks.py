@@ -31,6 +31,7 @@ from jformer.config.fields import check, check_seed
 from jformer.data import demo
 from jformer.data.epochs import EpochIterator, EpochOptions
 from jformer.data.vocabulary import load_or_train_tokenizer
+from jformer.types import PyTree
 from jformer.workdir import files
 from jformer.data.pretraining import (SPECIAL_PIECES, Documents, PretrainingSource,
                                       PretrainOptions, Specials, read_documents)
@@ -97,6 +98,18 @@ def check_resume(workdir: str, new: config_lib.Config) -> None:
             f"{workdir} holds checkpoints of another model ({files.CONFIG_FILENAME}): "
             f"{'; '.join(changes)}. Resuming needs the saved values; train the new model "
             f"in a new workdir")
+
+
+def encoder_params(job, rng: jax.Array, example: dict) -> PyTree:
+    """An encoder task's initial params: fresh ones of the example's first row, or, with
+    task.init_from, the pretrained run's encoder and pooler (checked before the fresh
+    params compile: :func:`.warm_start.bert_from_pretrained`)."""
+    def fresh():
+        return init_params(job.model, rng, jnp.asarray(example["inputs"][:1]),
+                           jnp.asarray(example["token_types"][:1]))
+    if job.cfg.task.init_from:
+        return warm_start.bert_from_pretrained(job.cfg, fresh, job.train_data.tokenizer)
+    return fresh()
 
 
 def resolve(raw: Mapping[str, Any], tok: Tokenizer, **sections: Any) -> config_lib.Config:
@@ -171,12 +184,7 @@ class PretrainTask(Task):
                      train_data, eval_data)
 
     def init_params(self, job, rng, example):
-        def fresh():
-            return init_params(job.model, rng, jnp.asarray(example["inputs"][:1]),
-                               jnp.asarray(example["token_types"][:1]))
-        if job.cfg.task.init_from:  # continued pretraining
-            return warm_start.bert_from_pretrained(job.cfg, fresh, job.train_data.tokenizer)
-        return fresh()
+        return encoder_params(job, rng, example)  # init_from: continued pretraining
 
     def loss(self, job):
         model, nsp = job.model, job.cfg.pretrain.next_sentence

@@ -34,9 +34,9 @@ from jformer.data.vocabulary import load_or_train_tokenizer
 from jformer.data.pretraining import SPECIAL_PIECES, Specials
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference.encoder import EncoderPredictor, answer_scores, entity_f1
-from jformer.model.bert import Bert, init_params
+from jformer.model.bert import Bert
 from jformer.ops import resolve
-from jformer.train import bert_tasks, warm_start
+from jformer.train import bert_tasks
 from jformer.train.config_checks import validate_config
 from jformer.train.evaluation import eval_sums, host_params
 from jformer.train.step import make_evaluation_step, make_step
@@ -166,12 +166,7 @@ class FinetuneTask(Task):
 
     # ------------------------------------------------------------------ model, loss
     def init_params(self, job, rng, example):
-        def fresh():
-            return init_params(job.model, rng, jnp.asarray(example["inputs"][:1]),
-                               jnp.asarray(example["token_types"][:1]))
-        if job.cfg.task.init_from:
-            return warm_start.bert_from_pretrained(job.cfg, fresh, job.train_data.tokenizer)
-        return fresh()
+        return bert_tasks.encoder_params(job, rng, example)
 
     def loss(self, job):
         model, kind, pad = job.model, self.kind, job.cfg.model.pad_id
