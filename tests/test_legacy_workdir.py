@@ -13,6 +13,7 @@ import pytest
 from jformer.inference import Translator
 from jformer.model import Transformer
 from jformer.workdir import checkpoint, files
+from jformer.model.init import run_once
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "legacy_workdir")
 
@@ -74,7 +75,7 @@ def test_old_workdir_resumes_training(tmp_path):
     assert counts == {410}, counts
     old = Translator.from_checkpoint(FIXTURE)
     ids = np.ones((1, 4), np.int32)
-    fresh = Transformer(old.model_cfg).init(jax.random.key(0), ids, ids)["params"]
+    fresh = run_once(Transformer(old.model_cfg).init, jax.random.key(0), ids, ids)["params"]
 
     def distance(a, b):
         return np.sqrt(sum(float(np.sum((np.asarray(x) - np.asarray(y)) ** 2))

@@ -36,6 +36,7 @@ from flax import linen as nn
 from jformer.config import BertConfig, ModelConfig
 from jformer.model import masks
 from jformer.model.embeddings import PositionalEncoding, TokenEmbedding
+from jformer.model.init import run_once
 from jformer.model.layers import (EncoderLayer, check_same_shape, check_tokens, dense_layer,
                                   dtype_of, layer_norm)
 from jformer.model.ops import STOCK, Ops
@@ -210,22 +211,24 @@ def init_params(model: Bert, rng: Array, inputs: Array, token_types: Array | Non
                 ) -> PyTree:
     """``model.init`` (float32 parameters), then with ``bert.init_std`` > 0 every weight
     matrix and embedding re-drawn from a normal of that deviation truncated at two
-    deviations (BERT's ``truncated_normal_initializer``)."""
-    init_rng, redraw_rng = jax.random.split(rng)
-    params = jax.jit(model.init)(init_rng, inputs, token_types)["params"]
-    std = model.bert.init_std
-    if std <= 0:
-        return params
-    flat, tree = jax.tree_util.tree_flatten_with_path(params)
-    keys = jax.random.split(redraw_rng, len(flat))
-    leaves = []
-    for key, (path, leaf) in zip(keys, flat):
-        name = str(getattr(path[-1], "key", path[-1]))
-        if name.endswith(_REDRAWN):
-            leaf = (jax.random.truncated_normal(key, -2.0, 2.0, leaf.shape, jnp.float32)
-                    * std).astype(leaf.dtype)
-        leaves.append(leaf)
-    return jax.tree_util.tree_unflatten(tree, leaves)
+    deviations (BERT's ``truncated_normal_initializer``); one program, run once."""
+    def draw(rng, inputs, token_types):
+        init_rng, redraw_rng = jax.random.split(rng)
+        params = model.init(init_rng, inputs, token_types)["params"]
+        std = model.bert.init_std
+        if std <= 0:
+            return params
+        flat, tree = jax.tree_util.tree_flatten_with_path(params)
+        keys = jax.random.split(redraw_rng, len(flat))
+        leaves = []
+        for key, (path, leaf) in zip(keys, flat):
+            name = str(getattr(path[-1], "key", path[-1]))
+            if name.endswith(_REDRAWN):
+                leaf = (jax.random.truncated_normal(key, -2.0, 2.0, leaf.shape, jnp.float32)
+                        * std).astype(leaf.dtype)
+            leaves.append(leaf)
+        return jax.tree_util.tree_unflatten(tree, leaves)
+    return run_once(draw, rng, inputs, token_types)
 
 
 def count_params(params: PyTree) -> int:

@@ -19,6 +19,7 @@ from jax import lax
 
 from jformer.mesh import AXIS
 from jformer.model import Transformer
+from jformer.model.init import run_once
 from jformer.train.guided_alignment import GuidedAlignment, make_guided_loss_fn
 from jformer.types import PyTree
 
@@ -48,7 +49,7 @@ def create_train_state(model: Transformer, tx: optax.GradientTransformation, see
     else:
         inputs = jnp.asarray(example_batch["inputs"][:1])
         targets = jnp.asarray(example_batch["targets"][:1])
-        params = jax.jit(model.init)(init_rng, inputs, targets)["params"]
+        params = run_once(model.init, init_rng, inputs, targets)["params"]
     return train_state_of(params, tx, seed)
 
 

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jformer import config as config_lib
 from jformer.data.pipeline import build_pipeline
 from jformer.model import Transformer
+from jformer.model.init import run_once
 from jformer.ops import resolve
 from jformer.train import evaluation, warm_start
 from jformer.train.config_checks import check_resume_config, resolve_config, validate_config
@@ -119,7 +120,7 @@ class TranslationTask(Task):
         inputs = jnp.asarray(example["inputs"][:1])
         targets = jnp.asarray(example["targets"][:1])
         def fresh():
-            return jax.jit(job.model.init)(rng, inputs, targets)["params"]
+            return run_once(job.model.init, rng, inputs, targets)["params"]
         if job.cfg.task.init_from:
             return warm_start.translation_from_pretrained(job.cfg, fresh,
                                                           job.train_data.tokenizer)

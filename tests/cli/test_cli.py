@@ -21,6 +21,7 @@ from jformer.inference.attention_maps import positional_matrix
 from jformer.model.embeddings import sinusoid_table
 from jformer.model.transformer import Transformer
 from jformer.workdir import checkpoint, files
+from jformer.model.init import run_once
 
 from tests.inference.test_translator import build_setup, write_workdir
 
@@ -126,13 +127,13 @@ def test_positional_matrix_is_the_table_the_model_adds(reference):
     assert "interleaved" in title
     learned_cfg = dataclasses.replace(cfg, positional="learned")
     dummy = jnp.zeros((1, 4), jnp.int32)
-    params = jax.jit(Transformer(learned_cfg).init)(jax.random.key(1), dummy, dummy)["params"]
+    params = run_once(Transformer(learned_cfg).init, jax.random.key(1), dummy, dummy)["params"]
     learned = Translator(learned_cfg, params, reference.tokenizer)
     table, title = positional_matrix(learned)
     np.testing.assert_array_equal(table, params["encoder"]["positional"]["table"])
     assert table.shape == (cfg.max_len, cfg.d_model) and "learned" in title
     relative_cfg = dataclasses.replace(cfg, positional="relative", relative_clip=4)
-    params = jax.jit(Transformer(relative_cfg).init)(jax.random.key(1), dummy, dummy)["params"]
+    params = run_once(Transformer(relative_cfg).init, jax.random.key(1), dummy, dummy)["params"]
     table, title = positional_matrix(Translator(relative_cfg, params, reference.tokenizer))
     np.testing.assert_array_equal(
         table, params["encoder"]["layer_0"]["self_attention"]["relative_position_keys"])

@@ -35,6 +35,7 @@ from jformer.inference.translator import Translator
 from jformer.model.masks import NEG_INF
 from tests.inference.record import record_batches
 from jformer.workdir import checkpoint, files
+from jformer.model.init import run_once
 
 CORPUS = demo.generate_pairs(0, 300, 0, 0)["train"]
 DECODE = DecodeConfig(beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=4, batch_size=4,
@@ -51,8 +52,8 @@ def words_of_corpus() -> list[str]:
 @functools.cache
 def _random_params(cfg: ModelConfig) -> dict:
     dummy = jnp.zeros((1, 4), jnp.int32)
-    init = jax.jit(transformer(cfg).init)  # eager init would dispatch op by op
-    return jax.device_get(init(jax.random.key(0), dummy, dummy)["params"])
+    return jax.device_get(run_once(transformer(cfg).init, jax.random.key(0), dummy,
+                                   dummy)["params"])
 
 
 def build_setup(directory: str) -> tuple[ModelConfig, dict, Tokenizer]:

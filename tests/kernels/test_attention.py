@@ -17,6 +17,7 @@ from jformer.kernels.matmul import _contract, einsum
 from jformer.ops import resolve, transformer
 from jformer.model import Transformer
 from jformer.model.attention import dot_product_attention
+from jformer.model.init import run_once
 
 SPECS = ["BLHK,BMHK->BHLM", "BLHK,BHMK->BHLM", "BHLM,BMHK->BLHK", "BHLM,BHMK->BHLK",
          "ij,jk->ik", "ij,kj->ik", "ji,jk->ik", "bij,jk->bki"]
@@ -213,7 +214,7 @@ def test_the_decode_loop_copies_no_self_attention_buffer(beam):
     cfg = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=1,
                       num_decoder_layers=2, d_ff=32, dropout_rate=0.0, ops="cpu")
     inputs = jnp.full((2, 5), 5, jnp.int32).at[:, -1].set(cfg.eos_id)
-    params = jax.jit(transformer(cfg).init)(jax.random.PRNGKey(0), inputs, inputs)["params"]
+    params = run_once(transformer(cfg).init, jax.random.PRNGKey(0), inputs, inputs)["params"]
     spec = SearchSpec("beam" if beam > 1 else "greedy", beam, max_len=6)
     ops = resolve(cfg)
     prepared = ops.cache.prepare(Transformer(cfg, ops), params, portable=True)  # not packed

@@ -16,6 +16,7 @@ from jformer.train.step import create_train_state, make_loss_fn, make_train_step
 from jformer.train.schedules import make_optimizer
 from jformer.mesh import AXIS, make_mesh
 from jformer.train.sharding import DataParallel
+from jformer.model.init import run_once
 from tests.devices import first_devices
 
 PAD, BOS, EOS = 0, 2, 3
@@ -41,7 +42,7 @@ def noised_params(cfg, seed=0):
     """Parameters with every leaf noised (zero biases and unit scales would hide a
     misplaced bias or a doubled norm)."""
     x = jnp.ones((1, 4), jnp.int32)
-    params = transformer(cfg).init(jax.random.PRNGKey(seed), x, x)["params"]
+    params = run_once(transformer(cfg).init, jax.random.PRNGKey(seed), x, x)["params"]
     leaves, tree = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
     return jax.tree.unflatten(tree, [p + 0.2 * jax.random.normal(k, p.shape)

@@ -10,6 +10,7 @@ from configs import base, big
 from jformer.config import ModelConfig, from_config_dict
 from jformer.ops import transformer
 from jformer.model.transformer import Transformer, shift_right
+from jformer.model.init import run_once
 
 PAD, BOS, EOS = 0, 2, 3
 CFG = ModelConfig(vocab_size=23, d_model=24, num_heads=3, num_encoder_layers=2,
@@ -27,7 +28,8 @@ def make_batch(seed=0, B=2, S=7, T=5):
 
 def init(cfg=CFG, seed=0):
     inputs, targets = make_batch()
-    return transformer(cfg), transformer(cfg).init(jax.random.PRNGKey(seed), inputs, targets)
+    return transformer(cfg), run_once(transformer(cfg).init, jax.random.PRNGKey(seed), inputs,
+                                       targets)
 
 
 @pytest.mark.slow
