@@ -6,13 +6,11 @@ import numpy as np
 import pytest
 
 from jformer.kernels.layernorm import LayerNorm
+from tests.params import noised
 
 
 def _noised(variables, seed=2):
-    leaves, tree = jax.tree.flatten(variables)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree.unflatten(tree, [p + 0.3 * jax.random.normal(k, p.shape)
-                                     for p, k in zip(leaves, keys)])
+    return noised(variables, 0.3, seed)
 
 
 @pytest.mark.parametrize("shape", [(4, 5, 16), (7, 32)])

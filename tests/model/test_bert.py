@@ -12,6 +12,7 @@ from jformer.ops import resolve, transformer
 
 from jformer.model.bert import Bert, count_params, init_params
 from jformer.model.masks import NEG_INF
+from tests import params as params_lib
 
 CFG = ModelConfig(vocab_size=53, d_model=16, num_heads=2, num_encoder_layers=2, d_ff=24,
                   max_len=12, positional="learned", activation="gelu", dropout_rate=0.0,
@@ -171,10 +172,7 @@ def test_bad_inputs_are_value_errors_naming_the_argument():
 
 def noised(params, seed=1):
     """Every leaf noised (zero biases and unit scales would hide a misplaced bias)."""
-    leaves, tree = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return jax.tree.unflatten(tree, [p + 0.2 * jax.random.normal(k, p.shape)
-                                     for p, k in zip(leaves, keys)])
+    return params_lib.noised(params, 0.2, seed)
 
 
 @pytest.mark.parametrize("head, norm, options", [

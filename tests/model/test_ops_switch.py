@@ -18,6 +18,7 @@ from jformer.mesh import AXIS, make_mesh
 from jformer.train.sharding import DataParallel
 from jformer.model.init import run_once
 from tests.devices import first_devices
+from tests.params import noised
 
 PAD, BOS, EOS = 0, 2, 3
 CFG = ModelConfig(vocab_size=29, d_model=24, num_heads=3, num_encoder_layers=2,
@@ -43,10 +44,7 @@ def noised_params(cfg, seed=0):
     misplaced bias or a doubled norm)."""
     x = jnp.ones((1, 4), jnp.int32)
     params = run_once(transformer(cfg).init, jax.random.PRNGKey(seed), x, x)["params"]
-    leaves, tree = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
-    return jax.tree.unflatten(tree, [p + 0.2 * jax.random.normal(k, p.shape)
-                                     for p, k in zip(leaves, keys)])
+    return noised(params, 0.2, seed + 1)
 
 
 def batch(packed=False):

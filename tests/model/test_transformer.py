@@ -11,6 +11,7 @@ from jformer.config import ModelConfig, from_config_dict
 from jformer.ops import transformer
 from jformer.model.transformer import Transformer, shift_right
 from jformer.model.init import run_once
+from tests.params import noised
 
 PAD, BOS, EOS = 0, 2, 3
 CFG = ModelConfig(vocab_size=23, d_model=24, num_heads=3, num_encoder_layers=2,
@@ -236,10 +237,7 @@ def test_features_project_to_the_logits(tie_output, norm):
     model, v = init(cfg)
     # Noised parameters: at init the output bias is 0 and a final LayerNorm is the
     # identity on normalised input, which would hide a lost bias or a doubled norm.
-    leaves, tree = jax.tree.flatten(v)
-    keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
-    v = jax.tree.unflatten(tree, [p + 0.3 * jax.random.normal(k, p.shape)
-                                  for p, k in zip(leaves, keys)])
+    v = noised(v, 0.3, 1)
     inputs, targets = make_batch()
     states, w, bias = model.apply(v, inputs, targets, method=Transformer.features)
     assert states.shape == (2, 5, cfg.d_model) and w.shape == (cfg.vocab_size, cfg.d_model)
