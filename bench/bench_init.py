@@ -14,11 +14,12 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+sys.path[:0] = [REPO, os.path.dirname(os.path.abspath(__file__))]
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+import bench_decode  # noqa: E402
 from jformer.config import ModelConfig  # noqa: E402
 from jformer.model import init  # noqa: E402
 from jformer.ops import transformer  # noqa: E402
@@ -27,11 +28,7 @@ CONFIGS = {
     # tests/train/test_step.py's model
     "tiny": ModelConfig(vocab_size=31, d_model=16, num_heads=2, num_encoder_layers=1,
                         num_decoder_layers=1, d_ff=24, max_len=16, dropout_rate=0.0),
-    # configs/multi30k.py's shape (its vocabulary: 8,000 pieces)
-    "small": ModelConfig(vocab_size=8000, d_model=256, num_heads=4, d_ff=1024,
-                         num_encoder_layers=3, num_decoder_layers=3, dropout_rate=0.1),
-    "base": ModelConfig(vocab_size=32768, d_model=512, num_heads=8, d_ff=2048,
-                        num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.1),
+    **bench_decode.CONFIGS,  # small (the Multi30k shape) and base, as decoding measures them
 }
 
 
