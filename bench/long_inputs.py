@@ -1,11 +1,13 @@
 """BLEU on inputs longer than model.max_len: splitting against reading past the trained length.
 
     python bench/long_inputs.py [--workdir runs/demo] [--groups 6,9,12,16] [--beam 4]
-        [--table-len 256] [--limit N]
+        [--table-len 256] [--limit N] [--checkpoint DIR] [--src FILE --ref FILE]
+        [--min-tokens N] [--bands 96,128,192]
 
-Long inputs are made from the demo corpus's test split (the run's data.demo_* settings):
-k consecutive test pairs (k from --groups, non-overlapping windows) joined with spaces on
-both sides, kept when the source takes more than model.max_len tokens and at most
+Long inputs are made from the demo corpus's test split (the run's data.demo_* settings),
+or from a parallel test set (--src, --ref: one sentence per line): k consecutive test
+pairs (k from --groups, non-overlapping windows) joined with spaces on both sides, kept
+when the source takes more than --min-tokens tokens (default model.max_len) and at most
 --table-len. Each input is translated whole by:
 
 - split: decode.overlong="split" (jformer.inference.segment: one piece per sentence);
@@ -15,7 +17,13 @@ both sides, kept when the source takes more than model.max_len tokens and at mos
   sinusoidal positions have no parameters, so the table simply extends, and relative
   positions (Shaw et al.) read only offsets clipped at model.relative_clip, all of them
   trained; the decoder then also emits positions past the trained ones;
-- truncate: the old behaviour (first model.max_len tokens), for reference.
+- truncate: the old behaviour (first model.max_len tokens), for reference;
+- sentences: each test sentence translated on its own, the translations joined: what
+  the model gives one sentence at a time, the line the others are read against.
+
+An input of at most model.max_len tokens is one piece for split, packed and extended (it
+fits); only truncate and sentences cut it. A --min-tokens under model.max_len measures
+inputs longer than the training sentences that still fit the trained table.
 
 Prints corpus BLEU and chrF (sacreBLEU, 13a) per method, overall and per band of source
 length, and the ratio of output to reference length. A BLEU figure, not a timing: it
@@ -37,24 +45,42 @@ from jformer.data import demo  # noqa: E402
 from jformer.inference import OverlongWarning, Translator, scoring  # noqa: E402
 from jformer.workdir import files  # noqa: E402
 
-METHODS = ("split", "packed", "extended", "truncate")
+METHODS = ("split", "packed", "extended", "truncate", "sentences")
 
 
-def long_pairs(config, count, groups: list[int], table_len: int
-               ) -> list[tuple[list[str], str, int]]:
+def test_pairs(config, src: str | None, ref: str | None) -> list[tuple[str, str]]:
+    """The demo's test split, or the (source, reference) lines of two files."""
+    if (src is None) != (ref is None):
+        raise SystemExit("--src and --ref go together")
+    if src is None:
+        d = config.data
+        return demo.generate_pairs(d.demo_seed, d.demo_num_train, d.demo_num_eval,
+                                   d.demo_num_test)["test"]
+    sources, refs = files.read_lines(src), files.read_lines(ref)
+    if len(sources) != len(refs):
+        raise SystemExit(f"{src} has {len(sources)} lines and {ref} {len(refs)}; "
+                         f"a parallel test set has one line each")
+    return list(zip(sources, refs))
+
+
+def long_pairs(test: list[tuple[str, str]], count, groups: list[int], min_tokens: int,
+               table_len: int) -> list[tuple[list[str], str, int]]:
     """(source sentences, joined reference, source tokens) of every long input."""
-    d = config.data
-    test = demo.generate_pairs(d.demo_seed, d.demo_num_train, d.demo_num_eval,
-                               d.demo_num_test)["test"]
     out = []
     for k in groups:
         for start in range(0, len(test) - k + 1, k):
             window = test[start:start + k]
             src = [en for en, _ in window]
             n = count(" ".join(src))
-            if config.model.max_len < n <= table_len:
+            if min_tokens < n <= table_len:
                 out.append((src, " ".join(de for _, de in window), n))
     return out
+
+
+def band_edges(min_tokens: int, table_len: int, edges: list[int]) -> list[tuple[int, int]]:
+    """(low, high) source-token bands from min_tokens + 1 to table_len, cut at ``edges``."""
+    cuts = [min_tokens] + [e for e in sorted(edges) if min_tokens < e < table_len]
+    return [(lo + 1, hi) for lo, hi in zip(cuts, cuts[1:] + [table_len])]
 
 
 def packed_pieces(sentences: list[str], count, limit: int) -> list[str]:
@@ -76,6 +102,13 @@ def translate_all(method: str, base: Translator, extended: Translator, inputs, b
         return base.translate(texts, beam_size=beam)
     if method == "extended":
         return extended.translate(texts, beam_size=beam)
+    if method == "sentences":
+        flat = base.translate([s for src, _, _ in inputs for s in src], beam_size=beam)
+        out, i = [], 0
+        for src, _, _ in inputs:
+            out.append(" ".join(flat[i:i + len(src)]))
+            i += len(src)
+        return out
     if method == "truncate":
         truncating = Translator(base.model_cfg, base.params, base.tokenizer,
                                 dataclasses.replace(base.decode_cfg, overlong="truncate"))
@@ -104,23 +137,36 @@ def main(argv=None) -> None:
     p.add_argument("--table-len", type=int, default=256,
                    help="positions of the extended table (and the longest input kept)")
     p.add_argument("--limit", type=int, default=0, help="at most this many inputs (0: all)")
+    p.add_argument("--checkpoint", default=None, help="a checkpoint directory, e.g. an "
+                   "average (default: the workdir's latest)")
+    p.add_argument("--src", default=None, help="a test set's source lines (default: the "
+                   "demo's test split)")
+    p.add_argument("--ref", default=None, help="its reference lines")
+    p.add_argument("--min-tokens", type=int, default=None,
+                   help="keep inputs over this many source tokens (default: model.max_len)")
+    p.add_argument("--bands", default="96,128,192",
+                   help="source-token counts where the per-band figures are cut")
     args = p.parse_args(argv)
     config = files.load_config(args.workdir)
     if config.model.positional == "learned":
         raise SystemExit(f"{args.workdir}: model.positional='learned'; a learned table "
                          f"cannot extend (sinusoidal and relative positions can)")
-    base = Translator.from_checkpoint(args.workdir, decode_cfg=dataclasses.replace(
-        config.decode, overlong="split"))
+    base = Translator.from_checkpoint(args.workdir, args.checkpoint, decode_cfg=(
+        dataclasses.replace(config.decode, overlong="split")))
     decode_ext = dataclasses.replace(config.decode, overlong="error", length_buckets=tuple(
         sorted(set(config.decode.length_buckets) | {128, args.table_len})))
     extended = Translator(dataclasses.replace(config.model, max_len=args.table_len),
                           base.params, base.tokenizer, decode_ext,
                           source_lang=config.data.src_lang)
-    inputs = long_pairs(config, _counter(base), [int(k) for k in args.groups.split(",")],
-                        args.table_len)
+    min_tokens = config.model.max_len if args.min_tokens is None else args.min_tokens
+    inputs = long_pairs(test_pairs(config, args.src, args.ref), _counter(base),
+                        [int(k) for k in args.groups.split(",")], min_tokens, args.table_len)
+    if not inputs:
+        raise SystemExit(f"no input of {min_tokens + 1}-{args.table_len} source tokens; "
+                         f"try larger --groups or a lower --min-tokens")
     if args.limit:
         inputs = inputs[:args.limit]
-    bands = [(config.model.max_len + 1, 96), (97, 128), (129, 192), (193, args.table_len)]
+    bands = band_edges(min_tokens, args.table_len, [int(e) for e in args.bands.split(",")])
     print(f"{args.workdir}: model.positional={config.model.positional}, "
           f"model.max_len={config.model.max_len}, {len(inputs)} long inputs "
           f"({min(n for *_, n in inputs)}-{max(n for *_, n in inputs)} source tokens), "
