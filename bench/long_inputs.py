@@ -11,6 +11,8 @@ when the source takes more than --min-tokens tokens (default model.max_len) and 
 --table-len. Each input is translated whole by:
 
 - split: decode.overlong="split" (jformer.inference.segment: one piece per sentence);
+- by-sentence: decode.overlong="sentences", which cuts every input at its sentences
+  (sentencex), whatever its length;
 - packed: the same sentences packed greedily, in order, into pieces up to the limit
   (the alternative one-piece-per-sentence was chosen over);
 - extended: the same parameters in a model built with model.max_len = --table-len:
@@ -22,7 +24,7 @@ when the source takes more than --min-tokens tokens (default model.max_len) and 
   the model gives one sentence at a time, the line the others are read against.
 
 An input of at most model.max_len tokens is one piece for split, packed and extended (it
-fits); only truncate and sentences cut it. A --min-tokens under model.max_len measures
+fits); only by-sentence, truncate and sentences cut it. A --min-tokens under model.max_len measures
 inputs longer than the training sentences that still fit the trained table.
 
 Prints corpus BLEU and chrF (sacreBLEU, 13a) per method, overall and per band of source
@@ -45,7 +47,7 @@ from jformer.data import demo  # noqa: E402
 from jformer.inference import OverlongWarning, Translator, scoring  # noqa: E402
 from jformer.workdir import files  # noqa: E402
 
-METHODS = ("split", "packed", "extended", "truncate", "sentences")
+METHODS = ("split", "by-sentence", "packed", "extended", "truncate", "sentences")
 
 
 def test_pairs(config, src: str | None, ref: str | None) -> list[tuple[str, str]]:
@@ -109,12 +111,14 @@ def translate_all(method: str, base: Translator, extended: Translator, inputs, b
             out.append(" ".join(flat[i:i + len(src)]))
             i += len(src)
         return out
-    if method == "truncate":
-        truncating = Translator(base.model_cfg, base.params, base.tokenizer,
-                                dataclasses.replace(base.decode_cfg, overlong="truncate"))
+    if method in ("truncate", "by-sentence"):
+        policy = "truncate" if method == "truncate" else "sentences"
+        other = Translator(base.model_cfg, base.params, base.tokenizer,
+                           dataclasses.replace(base.decode_cfg, overlong=policy),
+                           source_lang=base.source_lang)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OverlongWarning)
-            return truncating.translate(texts, beam_size=beam)
+            return other.translate(texts, beam_size=beam)
     count = _counter(base)
     groups = [packed_pieces(src, count, base.model_cfg.max_len) for src, _, _ in inputs]
     flat = base.translate([p for g in groups for p in g], beam_size=beam)

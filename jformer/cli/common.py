@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from jformer.config import DECODE_DTYPES
+from jformer.config import DECODE_DTYPES, OVERLONG_POLICIES
 
 
 def add_model_args(p: argparse.ArgumentParser, workdir_help: str | None = None) -> None:
@@ -40,10 +40,11 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="sampling seed; a line's sample depends only on it and the line's "
                         "number (not on --devices or batching)")
-    p.add_argument("--overlong", choices=("split", "truncate", "error"), default=None,
+    p.add_argument("--overlong", choices=OVERLONG_POLICIES, default=None,
                    help="lines over model.max_len tokens: split (at sentences, clauses, "
-                        "spaces; translated whole), truncate or error (default: the run's "
-                        "decode.overlong)")
+                        "spaces; translated whole), truncate or error; sentences: every "
+                        "line cut at its sentences, and overlong ones split (default: the "
+                        "run's decode.overlong)")
     p.add_argument("--eos-candidates", choices=("all", "top_w"), default=None,
                    help="beam search: which of a step's 2W candidates may finish with EOS; "
                         "all (Flax WMT) or top_w (fairseq, Hugging Face, CTranslate2, "

@@ -9,7 +9,7 @@ from jformer.config.fields import (ConfigError, check, check_choice, check_numbe
 from jformer.config.model import DTYPES
 from jformer.config.units import parse_bytes
 
-OVERLONG_POLICIES = ("split", "truncate", "error")
+OVERLONG_POLICIES = ("split", "truncate", "error", "sentences")
 # Beam search: which of a step's 2W candidates may finish with EOS (jformer.search.beam)
 EOS_CANDIDATES = ("all", "top_w")
 DECODE_DTYPES = ("auto", "model") + DTYPES + ("int8",)  # decode.dtype (jformer.inference.precision)
@@ -28,7 +28,10 @@ class DecodeConfig:
     batch_size: int = 64  # sentences per decode batch
     length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256)  # padded source lengths
     # Sources over model.max_len: split (at sentences, clauses, whitespace; translated
-    # whole, jformer.inference.segment) | truncate (with a warning) | error
+    # whole, jformer.inference.segment) | truncate (with a warning) | error. Or sentences:
+    # every source cut at its sentences, whatever its length, and a sentence still over
+    # model.max_len as under split (a sentence-level model given several sentences in
+    # one source translates the first ones and stops: docs/long_inputs.md)
     overlong: str = "split"
     # Most bytes one decode batch's KV cache may take on one device (an int, or a string
     # such as "2GB" or "512MiB"; 0: no limit): batches are cut to fewer rows to fit it

@@ -43,7 +43,7 @@ def attention_weights(translator: Translator, sentence: str
     """
     if not sentence.strip():
         raise ValueError("sentence must not be empty")
-    if translator.decode_cfg.overlong == "split":
+    if translator.decode_cfg.overlong in ("split", "sentences"):
         # One encoder pass shows one source: the maps are of the truncated sentence,
         # and so must its translation be (a split one could be longer than the model).
         translator = copy.copy(translator)

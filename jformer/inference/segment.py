@@ -85,7 +85,7 @@ class Segmentation:
 
 
 def split_to_fit(text: str, count_tokens: Callable[[str], int], limit: int,
-                 language: str = "en") -> Segmentation:
+                 language: str = "en", every_sentence: bool = False) -> Segmentation:
     """Cuts ``text`` into pieces of at most ``limit`` tokens (see the module docstring).
 
     Args:
@@ -93,18 +93,22 @@ def split_to_fit(text: str, count_tokens: Callable[[str], int], limit: int,
       count_tokens: the tokens a piece takes as a model input (EOS included).
       limit: the most tokens per piece (model.max_len).
       language: ISO 639 code for the sentence rules (unknown codes get generic rules).
+      every_sentence: cut a text that fits at its sentences too (steps 2-4 still apply
+        only to a sentence over the limit); a text of one sentence that fits stays one
+        piece, as given.
     Raises:
       SplitterMissing: the text needs splitting and sentencex is not installed.
       ValueError: a single character takes more than ``limit`` tokens.
     """
     if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive int; got {limit!r}")
-    if count_tokens(text) <= limit:
+    fits = count_tokens(text) <= limit
+    if fits and not every_sentence:
         return Segmentation((text,), ("", ""))
     spans: list[tuple[int, int]] = []
     for start, end in _sentences(text, language):
         spans += _fit(text, start, end, count_tokens, limit, 0)
-    if not spans:  # whitespace alone, yet over the limit: one piece as given
+    if len(spans) == 0 or (fits and len(spans) == 1):  # whitespace alone; one sentence
         return Segmentation((text,), ("", ""))
     bounds = [0] + [i for span in spans for i in span] + [len(text)]
     separators = tuple(text[bounds[k]:bounds[k + 1]] for k in range(0, len(bounds), 2))

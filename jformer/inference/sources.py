@@ -41,9 +41,10 @@ class Sources(NamedTuple):
 
 
 def split_sentence(tokenizer, text: str, index: int, msg: str, detail: str, max_len: int,
-                   language: str) -> Pieces:
-    """An overlong sentence's pieces (each <= ``max_len`` tokens) and their ids; no
-    sentence splitter for ``language``: :class:`OverlongError` (``msg``, ``detail``:
+                   language: str, policy: str = "split") -> Pieces:
+    """An overlong sentence's pieces (each <= ``max_len`` tokens) and their ids (policy
+    "sentences": any source's, cut at its sentences too; one piece: the source as given);
+    no sentence splitter for ``language``: :class:`OverlongError` (``msg``, ``detail``:
     what is wrong with sentence ``index``)."""
     ids_of: dict[str, np.ndarray] = {}
 
@@ -53,9 +54,10 @@ def split_sentence(tokenizer, text: str, index: int, msg: str, detail: str, max_
         return len(ids_of[piece])
 
     try:
-        seg = segment.split_to_fit(text, count_tokens, max_len, language)
+        seg = segment.split_to_fit(text, count_tokens, max_len, language,
+                                   every_sentence=policy == "sentences")
     except segment.SplitterMissing as e:
-        hint = (f"decode.overlong='split': {e} (or set decode.overlong, jformer "
+        hint = (f"decode.overlong='{policy}': {e} (or set decode.overlong, jformer "
                 f"translate --overlong, to 'truncate')")
         raise OverlongError(f"{msg}; {hint}", index, f"{detail}; {hint}") from e
     return [ids_of[p] if len(ids_of[p]) > 1 else None for p in seg.pieces], seg
@@ -67,7 +69,8 @@ def encode(tokenizer, sentences: Sequence[str], policy: str, limit: int, eos: in
     nothing) and their Segmentation (None: one piece, the sentence as given). A sentence
     over ``limit`` tokens is split (``policy`` "split": :func:`split_sentence`, by
     ``language``'s sentence rules), truncated with an :class:`OverlongWarning` for the
-    caller of ``Translator.translate`` ("truncate"), or rejected ("error")."""
+    caller of ``Translator.translate`` ("truncate"), or rejected ("error"). Under
+    "sentences" every sentence of several sentences is split, whatever its length."""
     if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
         raise ValueError("sentences must be a sequence of str")
     nonempty = [i for i, s in enumerate(sentences) if s.strip()]
@@ -75,6 +78,12 @@ def encode(tokenizer, sentences: Sequence[str], policy: str, limit: int, eos: in
     out: list[Pieces] = [([None], None)] * len(sentences)
     for i, ids in zip(nonempty, encoded):
         if len(ids) == 1:  # EOS alone: nothing the tokenizer keeps
+            continue
+        if policy == "sentences":
+            detail = f"{len(ids)} tokens (EOS included)"
+            pieces, seg = split_sentence(tokenizer, sentences[i], i, f"sentence {i} has "
+                                         f"{detail}", detail, limit, language, policy)
+            out[i] = ([ids], None) if len(seg.pieces) == 1 else (pieces, seg)
             continue
         if len(ids) > limit:
             detail = f"{len(ids)} tokens (EOS included), more than model.max_len={limit}"

@@ -149,6 +149,30 @@ def test_truncate_and_error_policies_still_hold(setup):
         strict.translate([text], method="greedy")
 
 
+def test_sentences_policy_translates_each_sentence_of_a_line_that_fits(setup):
+    cfg, params, tok = setup
+    by_sentence = Translator(cfg, params, tok, dataclasses.replace(SPLIT,
+                                                                   overlong="sentences"))
+    line, one = "It is late.  We need one car!", "Five."
+    assert count_tokens(by_sentence)(line) <= cfg.max_len
+    out = by_sentence.translate([one, line], method="greedy", return_scores=True)
+    alone = by_sentence.translate([one, "It is late.", "We need one car!"], method="greedy",
+                                  return_scores=True)
+    assert (out[0].text, out[0].score, list(out[0].ids)) == (  # one sentence: as given
+        alone[0].text, alone[0].score, list(alone[0].ids))
+    assert out[1].text == f"{alone[1].text}  {alone[2].text}"  # the separator kept
+    assert out[1].score == pytest.approx(alone[1].score + alone[2].score, rel=1e-5)
+    whole = Translator(cfg, params, tok, SPLIT).translate([line], method="greedy",
+                                                          return_scores=True)[0]
+    assert list(whole.ids) != list(out[1].ids)  # under "split" the line is one source
+    import sys
+    with pytest.MonkeyPatch.context() as m:  # needs the splitter even for a short line
+        m.setitem(sys.modules, "sentencex", None)
+        with pytest.raises(OverlongError, match=r"sentence 0 has \d+ tokens .*"
+                                                r"decode.overlong='sentences'.*sentencex"):
+            by_sentence.translate([line])
+
+
 def test_a_missing_splitter_is_a_clear_error_naming_the_sentence(translator, monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "sentencex", None)

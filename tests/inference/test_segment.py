@@ -47,6 +47,19 @@ def test_a_paragraph_splits_into_its_sentences_with_their_separators():
     assert seg.join(["A", "B", "C", "D"]) == "A  B\nC D"  # outer whitespace left out
 
 
+def test_every_sentence_cuts_a_text_that_fits_and_keeps_one_sentence_as_given():
+    text = "  Dr. Smith went home.  He paid $5.50 for it!\nDid he? Yes.  "
+    seg = split_to_fit(text, words, 50, every_sentence=True)
+    assert seg.pieces == ("Dr. Smith went home.", "He paid $5.50 for it!", "Did he?", "Yes.")
+    assert seg.text == text and seg.separators == ("  ", "  ", "\n", " ", "  ")
+    assert split_to_fit(text, words, 50).pieces == (text,)  # without it: one piece
+    one = "  He paid $5.50 for it!  "
+    assert split_to_fit(one, words, 50, every_sentence=True) == Segmentation((one,), ("", ""))
+    # A sentence over the limit is still halved, at the clause nearest its middle.
+    seg = split_to_fit("Go. We went home, and then we slept.", words, 5, every_sentence=True)
+    assert seg.pieces == ("Go.", "We went home,", "and then we slept.")
+
+
 def test_a_long_sentence_is_halved_at_the_clause_nearest_the_middle():
     text = "We came late, the doors were shut, so we waited outside in the cold rain."
     seg = check(text, words, 9)
