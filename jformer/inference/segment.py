@@ -4,7 +4,8 @@
     seg.pieces                       # each count_tokens(piece) <= limit, in text order
     seg.join(translations)           # the pieces' translations, with the original separators
 
-A text that fits is one piece. A longer one is cut, coarsest boundary first:
+A text that fits is one piece (with ``every_sentence=True``, decode.overlong="sentences",
+one piece per sentence). A longer one is cut, coarsest boundary first:
 
 1. sentences, found by ``sentencex`` (Wikimedia's sentence segmenter: rules and
    abbreviation lists for ~300 languages, no downloaded data; it prefers not to split

@@ -70,7 +70,8 @@ def encode(tokenizer, sentences: Sequence[str], policy: str, limit: int, eos: in
     over ``limit`` tokens is split (``policy`` "split": :func:`split_sentence`, by
     ``language``'s sentence rules), truncated with an :class:`OverlongWarning` for the
     caller of ``Translator.translate`` ("truncate"), or rejected ("error"). Under
-    "sentences" every sentence of several sentences is split, whatever its length."""
+    "sentences" a source of several sentences is cut at them, whatever its length, and
+    an overlong one as under "split"."""
     if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
         raise ValueError("sentences must be a sequence of str")
     nonempty = [i for i, s in enumerate(sentences) if s.strip()]
