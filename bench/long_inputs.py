@@ -23,9 +23,10 @@ when the source takes more than --min-tokens tokens (default model.max_len) and 
 - sentences: each test sentence translated on its own, the translations joined: what
   the model gives one sentence at a time, the line the others are read against.
 
-An input of at most model.max_len tokens is one piece for split, packed and extended (it
-fits); only by-sentence, truncate and sentences cut it. A --min-tokens under model.max_len measures
-inputs longer than the training sentences that still fit the trained table.
+An input of at most model.max_len tokens is one piece for split, packed and extended
+(it fits); only by-sentence, truncate and sentences cut it. A --min-tokens under
+model.max_len measures inputs longer than the training sentences that still fit the
+trained table.
 
 Prints corpus BLEU and chrF (sacreBLEU, 13a) per method, overall and per band of source
 length, and the ratio of output to reference length. A BLEU figure, not a timing: it
@@ -105,12 +106,7 @@ def translate_all(method: str, base: Translator, extended: Translator, inputs, b
     if method == "extended":
         return extended.translate(texts, beam_size=beam)
     if method == "sentences":
-        flat = base.translate([s for src, _, _ in inputs for s in src], beam_size=beam)
-        out, i = [], 0
-        for src, _, _ in inputs:
-            out.append(" ".join(flat[i:i + len(src)]))
-            i += len(src)
-        return out
+        return _joined(base, [src for src, _, _ in inputs], beam)
     if method in ("truncate", "by-sentence"):
         policy = "truncate" if method == "truncate" else "sentences"
         other = Translator(base.model_cfg, base.params, base.tokenizer,
@@ -120,7 +116,12 @@ def translate_all(method: str, base: Translator, extended: Translator, inputs, b
             warnings.simplefilter("ignore", OverlongWarning)
             return other.translate(texts, beam_size=beam)
     count = _counter(base)
-    groups = [packed_pieces(src, count, base.model_cfg.max_len) for src, _, _ in inputs]
+    return _joined(base, [packed_pieces(src, count, base.model_cfg.max_len)
+                          for src, _, _ in inputs], beam)
+
+
+def _joined(base: Translator, groups: list[list[str]], beam: int) -> list[str]:
+    """Every piece of every group translated in one call; each group's joined with spaces."""
     flat = base.translate([p for g in groups for p in g], beam_size=beam)
     out, i = [], 0
     for g in groups:

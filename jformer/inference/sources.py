@@ -40,13 +40,14 @@ class Sources(NamedTuple):
                            fold_first=fold_first)
 
 
-def split_sentence(tokenizer, text: str, index: int, msg: str, detail: str, max_len: int,
-                   language: str, policy: str = "split") -> Pieces:
+def split_sentence(tokenizer, text: str, ids: np.ndarray, index: int, msg: str, detail: str,
+                   max_len: int, language: str, policy: str = "split") -> Pieces:
     """An overlong sentence's pieces (each <= ``max_len`` tokens) and their ids (policy
     "sentences": any source's, cut at its sentences too; one piece: the source as given);
     no sentence splitter for ``language``: :class:`OverlongError` (``msg``, ``detail``:
-    what is wrong with sentence ``index``)."""
-    ids_of: dict[str, np.ndarray] = {}
+    what is wrong with sentence ``index``). ``ids``: ``text`` already encoded (EOS
+    included), so the whole is not encoded twice."""
+    ids_of: dict[str, np.ndarray] = {text: ids}
 
     def count_tokens(piece: str) -> int:
         if piece not in ids_of:
@@ -82,7 +83,7 @@ def encode(tokenizer, sentences: Sequence[str], policy: str, limit: int, eos: in
             continue
         if policy == "sentences":
             detail = f"{len(ids)} tokens (EOS included)"
-            pieces, seg = split_sentence(tokenizer, sentences[i], i, f"sentence {i} has "
+            pieces, seg = split_sentence(tokenizer, sentences[i], ids, i, f"sentence {i} has "
                                          f"{detail}", detail, limit, language, policy)
             out[i] = ([ids], None) if len(seg.pieces) == 1 else (pieces, seg)
             continue
@@ -92,8 +93,8 @@ def encode(tokenizer, sentences: Sequence[str], policy: str, limit: int, eos: in
             if policy == "error":
                 raise OverlongError(msg, i, detail)
             if policy == "split":
-                out[i] = split_sentence(tokenizer, sentences[i], i, msg, detail, limit,
-                                        language)
+                out[i] = split_sentence(tokenizer, sentences[i], ids, i, msg, detail,
+                                        limit, language)
                 continue
             warnings.warn(OverlongWarning(f"{msg}; truncated to {limit}", i,
                                           f"{detail}; truncated to {limit}"), stacklevel=4)
