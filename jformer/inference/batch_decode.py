@@ -78,10 +78,12 @@ def trace_count() -> int:
     return sum(_TRACES.values())
 
 
-def prepare(model: Transformer, params: PyTree) -> PyTree:
+def prepare(model: Transformer, params: PyTree, portable: bool = False) -> PyTree:
     """What the model's decode steps read besides its params, computed once per model
-    (``Ops.cache.prepare``: e.g. weights in another layout); a program's ``prepared``."""
-    return model.ops.cache.prepare(model, params)
+    (``Ops.cache.prepare``: e.g. weights in another layout); a program's ``prepared``.
+    ``portable``: none for jformer's native kernels, whose steps then run XLA's forms, as
+    a ``jformer export jax`` program does."""
+    return model.ops.cache.prepare(model, params, portable)
 
 
 def banned_outputs(cfg: ModelConfig) -> Array:

@@ -68,13 +68,18 @@ class Translator:
         "off". A process that already set a cache directory keeps its own.
       program_store: the compiled programs' store (default: a new one in the cache's
         ``programs/``); ``from_checkpoint`` opens one that reads its last programs early.
+      portable: decode with none of jformer's native kernels (XLA's products and
+        attention), the forms a ``jformer export jax`` program runs: its hypotheses are
+        the export's. With int8, the native path's can differ from them by a quantization
+        step, where float32 rounding puts an activation on the other side of one.
     """
 
     def __init__(self, model_cfg: ModelConfig, params: PyTree, tokenizer: Tokenizer,
                  decode_cfg: DecodeConfig | None = None, *, chunk_size: int = CHUNK_SIZE,
                  devices: int = 1, parallel: str = "batches", source_lang: str = "en",
                  compile_cache: str | None = None,
-                 program_store: programs.ProgramStore | None = None):
+                 program_store: programs.ProgramStore | None = None,
+                 portable: bool = False):
         tok_ids = (tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
         cfg_ids = (model_cfg.vocab_size, model_cfg.pad_id, model_cfg.bos_id, model_cfg.eos_id)
         if tok_ids != cfg_ids:
@@ -102,7 +107,7 @@ class Translator:
         # run once per device); the devices are the placement's.
         self.placement = placement.place(
             parallel, local[:devices], params,
-            functools.partial(prepare, Transformer(model_cfg, self.ops)),
+            functools.partial(prepare, Transformer(model_cfg, self.ops), portable=portable),
             queue=not self.decode_cfg.memory_limit_bytes)
         self.params, self.prepared = self.placement.params[0], self.placement.prepared[0]
         self.buckets = source_buckets(self.decode_cfg, model_cfg.max_len)
