@@ -20,15 +20,19 @@ Without --src/--ref the run's own test split (its config's data section) is read
   second, timed call on the compiled programs. Loading is not counted. With
   ``--shortlists``, each again with each shortlist file (decode.shortlist).
 - ``ct2``: ``jformer export ctranslate2`` of the same checkpoint (float32; int8 too with
-  ``--ct2-int8``). Then, in a fresh process each, CTranslate2 reads the file, tokenizes
-  it with the exported sentencepiece model, translates it with ``translate_batch`` under
-  jformer's search options (:func:`jformer.interop.ctranslate2_search.search_options`:
-  beam ``--beam``, alpha 0, ``max_batch_size`` ``--ct2-batch``), and writes the
-  detokenized output. This runs for each ``CT2_USE_MKL`` of ``--ct2-mkl`` (1 Intel's MKL,
-  0 oneDNN) and each thread setting: one worker with each of ``--ct2-threads`` intra
-  threads, and that many one-thread workers. Seconds count the whole process (start,
-  import, model load, tokenization, translation, output), as for ``cli``. The best
-  setting is CTranslate2's figure.
+  ``--ct2-int8``). Then, in a fresh process each (bench/ct2_file_worker.py, which imports
+  only ctranslate2 and sentencepiece, as a user's script does), CTranslate2 reads the
+  file, tokenizes it with the exported sentencepiece model, translates it with
+  ``translate_batch`` under jformer's search options
+  (:func:`jformer.interop.ctranslate2_search.search_options`: beam ``--beam``, alpha 0,
+  ``max_batch_size`` ``--ct2-batch``), and writes the detokenized output. This runs for
+  each ``CT2_USE_MKL`` of ``--ct2-mkl`` (1 Intel's MKL, 0 oneDNN) and each thread
+  setting: one worker with each of ``--ct2-threads`` intra threads, and that many
+  one-thread workers. Seconds count the whole process (start, import, model load,
+  tokenization, translation, output), as for ``cli``. The best setting is CTranslate2's
+  figure. (Before 2026-11-30 the worker ran inside this script and imported
+  CTranslate2's converters through jformer's export module, 3-4.6 s that a user's
+  process does not pay: the CTranslate2 figures of earlier runs are that much too slow.)
 
 The table also gives how many output lines equal the CTranslate2 float32 output (from
 its best setting) and the ``cli`` top_w run's.
@@ -49,6 +53,7 @@ import tempfile
 import time
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
+CT2_WORKER = os.path.join(BENCH, "ct2_file_worker.py")
 REPO = os.path.dirname(BENCH)
 sys.path[:0] = [REPO, BENCH]
 
@@ -81,7 +86,6 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--ct2-int8", action="store_true", help="also the int8 export")
     p.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
     p.add_argument("--json", default=None, help="write every result here")
-    p.add_argument("--ct2-worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.shortlists = _list(args.shortlists)
     unknown = set(_list(args.parts)) - {"cli", "api", "ct2"}
@@ -130,10 +134,10 @@ def scores(hyps: list[str], refs: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------------- cli
-def _env(**extra: str) -> dict:
-    """This process's environment with the checkout first on PYTHONPATH, and ``extra``."""
+def _env() -> dict:
+    """This process's environment with the checkout first on PYTHONPATH."""
     path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
-    return dict(os.environ, PYTHONPATH=path, **extra)
+    return dict(os.environ, PYTHONPATH=path)
 
 
 def run_cli(args, src: str, out: str, cache: str, extra: list[str]) -> dict:
@@ -213,30 +217,9 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------------- ct2
-def ct2_worker(spec: dict) -> None:
-    """One CTranslate2 run of the file (a process of its own: CT2_USE_MKL is read when
-    the library loads)."""
-    import ctranslate2
-    import sentencepiece
-
-    from jformer.interop.ctranslate2 import SPM_EXPORT_NAME
-    from jformer.interop.ctranslate2_search import search_options
-
-    translator = ctranslate2.Translator(spec["model"], device="cpu",
-                                        inter_threads=spec["inter"],
-                                        intra_threads=spec["intra"])
-    sp = sentencepiece.SentencePieceProcessor(
-        model_file=os.path.join(spec["model"], SPM_EXPORT_NAME))
-    sources = read_lines(spec["src"])
-    results = translator.translate_batch(
-        sp.encode(sources, out_type=str), max_batch_size=spec["batch"],
-        **search_options(spec["beam"], spec["max_len"]))
-    with open(spec["out"], "w", encoding="utf-8") as f:
-        f.write("".join(sp.decode(r.hypotheses[0]) + "\n" for r in results))
-
-
 def part_ct2(args, src: str, refs: list[str], tmp: str) -> list[dict]:
-    from jformer.interop.ctranslate2 import export_workdir
+    from jformer.interop.ctranslate2 import SPM_EXPORT_NAME, export_workdir
+    from jformer.interop.ctranslate2_search import search_options
     from jformer.workdir import files
 
     config = files.load_config(args.workdir)
@@ -252,14 +235,13 @@ def part_ct2(args, src: str, refs: list[str], tmp: str) -> list[dict]:
             threads = [int(n) for n in _list(args.ct2_threads)]
             for inter, intra, _ in ct2_settings(args.ct2_batch, threads):
                 out = os.path.join(tmp, f"ct2-{quant}-{mkl}-{inter}x{intra}.txt")
-                spec = dict(model=model, src=src, out=out, beam=beam, inter=inter,
-                            intra=intra, batch=args.ct2_batch, max_len=config.model.max_len)
-                env = _env(CT2_USE_MKL=mkl)
+                spec = dict(model=model, spm=os.path.join(model, SPM_EXPORT_NAME), src=src,
+                            out=out, inter=inter, intra=intra, batch=args.ct2_batch,
+                            options=search_options(beam, config.model.max_len))
                 start = time.perf_counter()
-                done = subprocess.run([sys.executable, os.path.abspath(__file__),
-                                       "--workdir", args.workdir, "--ct2-worker",
-                                       json.dumps(spec)], env=env, capture_output=True,
-                                      text=True, timeout=args.timeout)
+                done = subprocess.run([sys.executable, CT2_WORKER, json.dumps(spec)],
+                                      env=dict(os.environ, CT2_USE_MKL=mkl),
+                                      capture_output=True, text=True, timeout=args.timeout)
                 seconds = time.perf_counter() - start
                 if done.returncode:
                     raise RuntimeError(f"CTranslate2 worker exited {done.returncode}: "
@@ -312,9 +294,6 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if args.ct2_worker:
-        ct2_worker(json.loads(args.ct2_worker))
-        return 0
     tmp = tempfile.mkdtemp(prefix="bench-translate-file-")
     try:
         src, sources, refs = inputs(args, tmp)
