@@ -349,7 +349,9 @@ def test_the_script_exits_quickly_with_its_output_whole_and_its_status(workdir, 
               f"run_name='__main__')")
     text = "\n".join(LINES) + "\n"
     for out in (None, tmp_path / "out.de"):
-        argv = ["translate", "--workdir", workdir, "--quiet"]
+        # one compile cache for both runs: the second loads the first's programs
+        argv = ["translate", "--workdir", workdir, "--quiet", "--compile-cache",
+                str(tmp_path / "xla")]
         if out is not None:
             argv += ["--output", str(out)]
         done = subprocess.run([sys.executable, "-c", script, *argv], input=text,

@@ -27,6 +27,11 @@ def make_batch(seed=0, B=2, S=7, T=5):
     return jnp.asarray(inputs), jnp.asarray(targets)
 
 
+def jitted(model):
+    """model.apply compiled (op by op, the tiny model's calls take seconds each)."""
+    return jax.jit(model.apply, static_argnames=("method", "deterministic"))
+
+
 def init(cfg=CFG, seed=0):
     inputs, targets = make_batch()
     return transformer(cfg), run_once(transformer(cfg).init, jax.random.PRNGKey(seed), inputs,
@@ -51,18 +56,19 @@ def test_shift_right_inserts_bos_at_segment_starts():
 def test_padded_source_slots_do_not_change_real_outputs():
     """Whatever sits in a padded source slot never reaches a real position."""
     model, v = init()
+    apply = jitted(model)
     inputs, targets = make_batch()
-    encoded = model.apply(v, inputs, method=Transformer.encode)
+    encoded = apply(v, inputs, method=Transformer.encode)
     # Encoder: give the padded slot 5 of row 0 another position vector (other content).
     positions = jnp.broadcast_to(jnp.arange(7), inputs.shape).at[0, 5].set(11)
-    enc_b = model.apply(v, inputs, None, positions, method=Transformer.encode)
+    enc_b = apply(v, inputs, None, positions, method=Transformer.encode)
     assert np.abs(np.asarray(enc_b[0, 5] - encoded[0, 5])).max() > 1e-3
     np.testing.assert_allclose(enc_b[0, :4], encoded[0, :4], atol=1e-6)
     np.testing.assert_allclose(enc_b[1], encoded[1], atol=1e-6)
     # Decoder: garbage in the padded encoder slots changes no logit at a real target.
     noisy = encoded.at[0, 4:].set(100.0)
-    logits = model.apply(v, encoded, inputs, targets, method=Transformer.decode)
-    logits_b = model.apply(v, noisy, inputs, targets, method=Transformer.decode)
+    logits = apply(v, encoded, inputs, targets, method=Transformer.decode)
+    logits_b = apply(v, noisy, inputs, targets, method=Transformer.decode)
     np.testing.assert_allclose(logits_b[0, :3], logits[0, :3], atol=1e-5)
 
 
@@ -146,8 +152,9 @@ def test_dropout_is_active_only_in_training():
                               relu_dropout_rate=0.1)
     model, v = init(cfg)
     inputs, targets = make_batch()
-    run = lambda seed, det: model.apply(v, inputs, targets, deterministic=det,
-                                        rngs={"dropout": jax.random.PRNGKey(seed)})
+    apply = jitted(model)
+    run = lambda seed, det: apply(v, inputs, targets, deterministic=det,
+                                  rngs={"dropout": jax.random.PRNGKey(seed)})
     np.testing.assert_array_equal(run(0, True), run(1, True))
     assert np.abs(np.asarray(run(0, False) - run(1, False))).max() > 1e-3
     np.testing.assert_array_equal(run(0, False), run(0, False))
@@ -158,9 +165,9 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
     model, v = init(cfg)
     inputs, targets = make_batch()
     assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(v))
-    logits = model.apply(v, inputs, targets)
+    logits = jitted(model)(v, inputs, targets)
     assert logits.dtype == jnp.float32
-    ref = transformer(CFG).apply(v, inputs, targets)
+    ref = jitted(transformer(CFG))(v, inputs, targets)
     assert np.abs(np.asarray(logits - ref)).max() < 0.2
 
 
@@ -220,11 +227,12 @@ def test_packed_rows_equal_separate_sentences():
         targets_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]),
         inputs_position=jnp.array([[0, 1, 2, 3, 0, 1, 2, 0]]),
         targets_position=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]))
-    logits = model.apply(v, **packed)
-    np.testing.assert_allclose(logits[0, :3], model.apply(v, src_a, tgt_a)[0], atol=1e-5)
-    np.testing.assert_allclose(logits[0, 3:7], model.apply(v, src_b, tgt_b)[0], atol=1e-5)
+    apply = jitted(model)
+    logits = apply(v, **packed)
+    np.testing.assert_allclose(logits[0, :3], apply(v, src_a, tgt_a)[0], atol=1e-5)
+    np.testing.assert_allclose(logits[0, 3:7], apply(v, src_b, tgt_b)[0], atol=1e-5)
     # Without positions they are counted from each segment's start: the same logits.
-    derived = model.apply(v, **{k: x for k, x in packed.items() if "position" not in k})
+    derived = apply(v, **{k: x for k, x in packed.items() if "position" not in k})
     np.testing.assert_allclose(derived, logits, atol=1e-6)
 
 

@@ -173,7 +173,7 @@ def test_eval_step_sums_over_the_global_batch():
     _, m = evaluate(dp.put_state(state.params), dp.put_batch(batch))
     m = dp.get_metrics(m)
     assert m["tokens"] == float((batch["targets"] != 0).sum())
-    logits = model.apply({"params": state.params}, batch["inputs"], batch["targets"])
+    logits = jax.jit(model.apply)({"params": state.params}, batch["inputs"], batch["targets"])
     logp = jax.nn.log_softmax(logits)
     nll = -np.take_along_axis(np.asarray(logp), batch["targets"][..., None], -1)[..., 0]
     assert m["nll"] == pytest.approx(float((nll * (batch["targets"] != 0)).sum()), rel=1e-5)
