@@ -30,6 +30,15 @@ def exported(tmp_path_factory):
     return export_workdir(LEGACY, tmp_path_factory.mktemp("ct2") / "model")
 
 
+def in_process(exported, sources: list[str], batch: int, options: dict) -> list[str]:
+    """CTranslate2's detokenized translations of ``sources``, in this process."""
+    sp = sentencepiece.SentencePieceProcessor(
+        model_file=os.path.join(exported, SPM_EXPORT_NAME))
+    results = ctranslate2.Translator(str(exported), device="cpu").translate_batch(
+        sp.encode(sources, out_type=str), max_batch_size=batch, **options)
+    return [sp.decode(r.hypotheses[0]) for r in results]
+
+
 def test_the_worker_imports_no_jax_no_jformer_no_converters(exported, tmp_path):
     config = files.load_config(LEGACY)
     sources = [s for s, _ in load_split(config.data, "test")][:6]
@@ -47,11 +56,7 @@ def test_the_worker_imports_no_jax_no_jformer_no_converters(exported, tmp_path):
                                                         "torch", "transformers")
              or m.startswith("ctranslate2.converters")]
     assert heavy == []
-    sp = sentencepiece.SentencePieceProcessor(
-        model_file=os.path.join(exported, SPM_EXPORT_NAME))
-    results = ctranslate2.Translator(str(exported), device="cpu").translate_batch(
-        sp.encode(sources, out_type=str), max_batch_size=4, **options)
-    want = [sp.decode(r.hypotheses[0]) for r in results]
+    want = in_process(exported, sources, 4, options)
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == want
 
 
@@ -64,10 +69,6 @@ def test_the_ct2_part_reports_each_setting_with_its_bleu(exported, tmp_path):
     assert rows[0]["sentences"] == 8 and rows[0]["seconds"] > 0
     config = files.load_config(LEGACY)
     pairs = load_split(config.data, "test")[:8]
-    sp = sentencepiece.SentencePieceProcessor(
-        model_file=os.path.join(exported, SPM_EXPORT_NAME))
-    results = ctranslate2.Translator(str(exported), device="cpu").translate_batch(
-        sp.encode([s for s, _ in pairs], out_type=str), max_batch_size=32,
-        **search_options(config.decode.beam_size, config.model.max_len))
-    hyps = [sp.decode(r.hypotheses[0]) for r in results]
+    hyps = in_process(exported, [s for s, _ in pairs], 32,
+                      search_options(config.decode.beam_size, config.model.max_len))
     assert rows[0]["bleu"] == pytest.approx(bench.bleu(hyps, [t for _, t in pairs]))

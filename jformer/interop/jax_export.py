@@ -73,7 +73,7 @@ from jax import export
 from jformer.config import DecodeConfig, ModelConfig
 from jformer.data.tokenizer import Tokenizer
 from jformer.inference import check_params
-from jformer.inference.batch_decode import decode_program
+from jformer.inference.batch_decode import decode_program, prepare
 from jformer.model import Transformer
 from jformer.ops import resolve
 from jformer.inference.constraints import phrase_ends
@@ -115,7 +115,8 @@ def search_program(model_cfg: ModelConfig, settings: ExportSettings, out_len: in
         inputs_BS = jnp.where(valid_B[:, None], inputs_BS, dummy_S)
         # Greedy and beam search draw no randomness: the key is a placeholder.
         # portable: the program must run where jformer's native library is not loaded
-        prepared = ops.cache.prepare(Transformer(model_cfg, ops), params, portable=True)
+        # (the forms a Translator(portable=True) decodes with)
+        prepared = prepare(Transformer(model_cfg, ops), params, portable=True)
         out = decode_program(params, prepared, inputs_BS, valid_B, jax.random.key(0), alpha,
                              jnp.float32(1.0), **steer, model_cfg=model_cfg, ops=ops,
                              spec=spec)
