@@ -12,6 +12,11 @@ DEVICE_COUNT = 8
 _FLAG = "--xla_force_host_platform_device_count"
 
 
+def _appended(xla_flags: str, flag: str) -> str:
+    """``xla_flags`` with ``flag`` appended after one space (none when it was empty)."""
+    return f"{xla_flags} {flag}" if xla_flags else flag
+
+
 def _with_device_count(xla_flags: str) -> str:
     """``xla_flags`` with the device-count flag appended; a different count already set
     is an error naming the variable (it would shrink the 4- and 8-device meshes)."""
@@ -20,7 +25,7 @@ def _with_device_count(xla_flags: str) -> str:
         raise pytest.UsageError(
             f"XLA_FLAGS sets {_FLAG}={','.join(have)}; the tests need {DEVICE_COUNT} CPU "
             f"devices: unset it or drop that flag from XLA_FLAGS")
-    return xla_flags if have else " ".join(filter(None, [xla_flags, f"{_FLAG}={DEVICE_COUNT}"]))
+    return xla_flags if have else _appended(xla_flags, f"{_FLAG}={DEVICE_COUNT}")
 
 
 _LEVEL_FLAG = "--xla_backend_optimization_level"
@@ -40,11 +45,11 @@ def _with_level(xla_flags: str, level: str) -> str:
     per program (tests/model/test_init.py). CI runs the slow tests at XLA's default
     level (``JFORMER_TEST_XLA_LEVEL=default`` in .ci/run), so the programs users run are
     tested there."""
-    if re.search(rf"{_LEVEL_FLAG}=", xla_flags) or level == "default":
+    if f"{_LEVEL_FLAG}=" in xla_flags or level == "default":
         return xla_flags
     if level not in ("0", "1", "2", "3"):
         raise pytest.UsageError(f"{LEVEL_ENV} must be 0, 1, 2, 3 or default; got {level!r}")
-    return " ".join(filter(None, [xla_flags, f"{_LEVEL_FLAG}={level}"]))
+    return _appended(xla_flags, f"{_LEVEL_FLAG}={level}")
 
 
 os.environ["XLA_FLAGS"] = _with_level(_with_device_count(os.environ.get("XLA_FLAGS", "")),
