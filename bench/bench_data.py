@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jformer.config import DataConfig  # noqa: E402
-from jformer.data import batching, pipeline, rows, sources, vocabulary  # noqa: E402
+from jformer.data import batching, length_filter, pipeline, rows, sources, vocabulary  # noqa: E402
 from jformer.data.ragged import RaggedArray  # noqa: E402
 from jformer.data.tokenizer import Tokenizer  # noqa: E402
 
@@ -113,7 +113,7 @@ def main() -> None:
               f"({len(sentences)} sentences, batched, {os.cpu_count()} CPUs)")
         t0 = time.perf_counter()
         src, tgt = rows.encode_pairs(tok, corpus.pairs)
-        src, tgt, stats = batching.filter_by_length(src, tgt, args.max_len, args.max_len)
+        src, tgt, stats = length_filter.filter_by_length(src, tgt, args.max_len, args.max_len)
         print(f"encode + filter corpus: {time.perf_counter() - t0:.2f} s; {len(src)} pairs kept "
               f"({stats.num_dropped} over {args.max_len} tokens dropped); mean length "
               f"src {src.lengths.mean():.1f}, tgt {tgt.lengths.mean():.1f} tokens incl. EOS")
@@ -140,7 +140,7 @@ def _report(args, cfg: DataConfig, tok: Tokenizer, src, tgt) -> None:
     for name, opts in settings:
         s, t = src, tgt
         if opts.pack and opts.pack_len < args.max_len:  # pairs must fit the row
-            s, t, _ = batching.filter_by_length(src, tgt, opts.pack_len, opts.pack_len)
+            s, t, _ = length_filter.filter_by_length(src, tgt, opts.pack_len, opts.pack_len)
             print(f"(packing into {opts.pack_len}: {len(src) - len(s)} pairs over "
                   f"{opts.pack_len} tokens dropped)")
         print(_row(name, _measure(s, t, opts, args.batches), need))

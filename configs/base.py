@@ -64,6 +64,7 @@ def get_config() -> ml_collections.ConfigDict:
     d.pack = False  # pack several pairs per row
     d.pack_len = 256  # row length when packing
     d.shuffle_buffer = 0
+    d.subword_dropout = 0.0  # BPE-dropout of the train split, fresh every epoch; 0: off
     d.seed = 0
 
     c.train = t = ml_collections.ConfigDict()

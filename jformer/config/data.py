@@ -54,6 +54,11 @@ class DataConfig:
     # keep the train split encoded in <workdir>/data, memory-mapped by later starts and by
     # every host (jformer.data.encoded_cache); False: read and encode it on every start
     encoded_cache: bool = True
+    # subword regularization of the train split: every epoch segments each sentence
+    # afresh, a BPE model dropping each merge with this probability (BPE-dropout), a
+    # unigram model sampling with this smoothing (jformer.data.resegment); 0: one fixed
+    # segmentation. Reads the split into memory on every start (no encoded cache).
+    subword_dropout: float = 0.0
     seed: int = 0  # shuffling seed
 
     def __post_init__(self) -> None:
@@ -66,6 +71,8 @@ class DataConfig:
         for name in ("vocab_size", "max_source_len", "max_target_len", "max_tokens",
                      "pack_len", "demo_num_train", "demo_num_eval", "demo_num_test"):
             check_positive(s, name, getattr(self, name))
+        check(is_number(self.subword_dropout) and 0.0 <= self.subword_dropout < 1.0,
+              f"{s}.subword_dropout", "a probability in [0, 1)", self.subword_dropout)
         check(is_number(self.vocab_character_coverage)
               and 0.0 < self.vocab_character_coverage <= 1.0, f"{s}.vocab_character_coverage",
               "a fraction in (0, 1]", self.vocab_character_coverage)

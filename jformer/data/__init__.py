@@ -14,8 +14,9 @@ the pipeline, its byte scans and flax.
 from jformer import lazy
 
 _WHERE = {  # name -> the module that defines it
-    **dict.fromkeys(("BatchIterator", "BatchOptions", "FilterStats", "bucket_boundaries",
-                     "bucket_plan", "filter_by_length", "pack_plan", "rows_for"), "batching"),
+    **dict.fromkeys(("BatchIterator", "BatchOptions", "bucket_boundaries", "bucket_plan",
+                     "pack_plan", "rows_for"), "batching"),
+    **dict.fromkeys(("FilterStats", "filter_by_length", "kept_by_length"), "length_filter"),
     "first_fit": "packing", "packed_batch": "packing",
     "DataSplit": "pipeline", "batch_options": "pipeline", "build_pipeline": "pipeline",
     "encode_pairs": "rows",

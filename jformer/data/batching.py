@@ -1,4 +1,5 @@
-"""Length filtering, token-budget bucketing, packing plans and the resumable iterator.
+"""Token-budget bucketing, packing plans and the resumable iterator (length filtering
+comes first: :mod:`jformer.data.length_filter`).
 
 Batch plan. Each epoch the iterator computes a plan: which pairs form which batch, and
 in which order batches come. The plan is a pure function of (corpus lengths, options,
@@ -29,7 +30,7 @@ import dataclasses
 import json
 import logging
 import zlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
@@ -64,48 +65,6 @@ def rows_for(width: int, max_tokens: int, num_devices: int, accum_steps: int = 1
     multiple = num_devices * accum_steps
     rows = (max_tokens // width) // multiple * multiple
     return max(rows, multiple)
-
-
-@dataclasses.dataclass(frozen=True)
-class FilterStats:
-    num_pairs: int  # pairs in
-    num_dropped: int  # pairs dropped as overlong (overlong="drop")
-    num_truncated: int  # pairs cut to the maximum lengths (overlong="truncate")
-
-
-def filter_by_length(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
-                     max_target_len: int, overlong: str = "drop", *, log: bool = True
-                     ) -> tuple[RaggedArray, RaggedArray, FilterStats]:
-    """Drops pairs with a side over its maximum length (lengths count the EOS), or, with
-    overlong="truncate", cuts them keeping the final EOS; ``log``: say how many (a
-    caller filtering chunk by chunk says it once, for all)."""
-    if len(src) != len(tgt):
-        raise ValueError(f"src and tgt must have the same number of rows; got {len(src)} "
-                         f"and {len(tgt)}")
-    if overlong not in ("drop", "truncate"):
-        raise ValueError(f"overlong must be 'drop' or 'truncate'; got {overlong!r}")
-    too_long = (src.lengths > max_source_len) | (tgt.lengths > max_target_len)
-    n_long = int(too_long.sum())
-    if overlong == "truncate":
-        stats = FilterStats(len(src), 0, n_long)
-        if n_long:
-            src, tgt = src.truncate(max_source_len), tgt.truncate(max_target_len)
-    else:
-        stats = FilterStats(len(src), n_long, 0)
-        if n_long:
-            keep = np.flatnonzero(~too_long)
-            src, tgt = src.take(keep), tgt.take(keep)
-    if log:
-        log_filtered(stats, max_source_len, max_target_len)
-    return src, tgt, stats
-
-
-def log_filtered(stats: FilterStats, max_source_len: int, max_target_len: int) -> None:
-    n_long = stats.num_dropped + stats.num_truncated
-    if n_long:
-        _log.info("%s %d of %d pairs longer than %d (source) / %d (target) tokens",
-                  "truncated" if stats.num_truncated else "dropped", n_long, stats.num_pairs,
-                  max_source_len, max_target_len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +211,17 @@ def pack_plan(src_lens: np.ndarray, tgt_lens: np.ndarray, options: BatchOptions,
 
 
 
+class EpochRows(Protocol):
+    """A corpus segmented afresh each epoch (:mod:`jformer.data.resegment`)."""
+
+    def rows(self, epoch: int) -> tuple[RaggedArray, RaggedArray]:
+        """(src, tgt) of ``epoch``: the same pairs in the same order, every row within the
+        length limits the base rows were filtered to."""
+
+    def describe(self) -> dict[str, Any]:
+        """JSON: how the rows are resegmented (part of the resume fingerprint)."""
+
+
 def position_of(state: Any) -> tuple[int, int]:
     """(epoch, index) of a saved iterator position, checked (ValueError naming it)."""
     if not isinstance(state, dict) or not {"epoch", "index"} <= set(state):
@@ -261,12 +231,14 @@ def position_of(state: Any) -> tuple[int, int]:
         raise ValueError(f"state epoch and index must be ints >= 0; got {state!r}")
     return epoch, index
 
+
 class BatchIterator:
     """Yields batches (dicts of int32 arrays, see the spec's batch format) of an encoded
     parallel corpus, endlessly over epochs (repeat) or for one pass, resumable exactly
     through :meth:`get_state` / :meth:`set_state`."""
 
-    def __init__(self, src: RaggedArray, tgt: RaggedArray, options: BatchOptions):
+    def __init__(self, src: RaggedArray, tgt: RaggedArray, options: BatchOptions,
+                 resegment: EpochRows | None = None):
         if len(src) != len(tgt):
             raise ValueError(f"src and tgt must have the same number of rows; got {len(src)} "
                              f"and {len(tgt)}")
@@ -282,25 +254,39 @@ class BatchIterator:
                              f"filter by length first")
         crc = zlib.crc32(self._src_lens.astype(np.int64).tobytes())
         crc = zlib.crc32(self._tgt_lens.astype(np.int64).tobytes(), crc)
+        # Every epoch's rows: these, or ``resegment``'s fresh segmentation of the same pairs
+        # (the base rows above still name the corpus; how it is resegmented joins them).
+        self._rows_of = (resegment.rows if resegment is not None
+                         else lambda epoch: (src, tgt))
+        if resegment is not None:
+            crc = zlib.crc32(json.dumps(resegment.describe(), sort_keys=True).encode(), crc)
         self._fingerprint = f"{zlib.crc32(options.plan_key().encode(), crc):08x}"
         # Positions saved by older versions, whose key always held num_devices: same plan.
         legacy_key = options.plan_key(keep_devices=True)
         self._legacy_fingerprint = f"{zlib.crc32(legacy_key.encode(), crc):08x}"
         # Saved with the position, so a mismatch can say what changed.
         self._corpus = {"pairs": int(self._keys.size), "lengths_crc": f"{crc:08x}"}
+        if resegment is not None:
+            self._corpus["resegment"] = resegment.describe()
         self._options = json.loads(json.dumps(options.all_plan_options()))
         self._epoch, self._index = 0, 0
-        self._cached: tuple[int, _Plan] | None = None
+        self._cached: tuple[int, _Plan, RaggedArray, RaggedArray] | None = None
 
     # ------------------------------------------------------------------ plan
-    def _plan(self, epoch: int) -> _Plan:
+    def _planned(self, epoch: int) -> tuple[_Plan, RaggedArray, RaggedArray]:
+        """The epoch's plan and the rows it indexes."""
         if self._cached is None or self._cached[0] != epoch:
             o = self.options
+            src, tgt = self._rows_of(epoch)
+            src_lens, tgt_lens = src.lengths, tgt.lengths
             rng = np.random.default_rng([o.seed, epoch]) if o.shuffle else None
-            plan = (pack_plan(self._src_lens, self._tgt_lens, o, rng) if o.pack
-                    else bucket_plan(self._keys, o, rng))
-            self._cached = (epoch, plan)
-        return self._cached[1]
+            plan = (pack_plan(src_lens, tgt_lens, o, rng) if o.pack
+                    else bucket_plan(np.maximum(src_lens, tgt_lens), o, rng))
+            self._cached = (epoch, plan, src, tgt)
+        return self._cached[1:]
+
+    def _plan(self, epoch: int) -> _Plan:
+        return self._planned(epoch)[0]
 
     def num_batches(self, epoch: int = 0) -> int:
         """Global batches in an epoch (the same on every host; with packing it may vary a
@@ -315,27 +301,27 @@ class BatchIterator:
                 for w in widths]
 
     # ------------------------------------------------------------------ batches
-    def _batch(self, plan: _Plan, k: int) -> Batch:
+    def _batch(self, epoch: int, k: int) -> Batch:
         o = self.options
+        plan, src, tgt = self._planned(epoch)
         rows, width = int(plan.rows[k]), int(plan.width[k])
         local = rows // o.num_shards
         lo = o.shard_index * local  # this host's first row of the global batch
         ids = plan.order[plan.start[k]: plan.start[k] + plan.count[k]]
         if not o.pack:
             ids = np.concatenate([ids, np.full(rows - ids.size, -1, ids.dtype)])[lo: lo + local]
-            return {"inputs": self._src.gather_padded(ids, width, o.pad_id),
-                    "targets": self._tgt.gather_padded(ids, width, o.pad_id)}
+            return {"inputs": src.gather_padded(ids, width, o.pad_id),
+                    "targets": tgt.gather_padded(ids, width, o.pad_id)}
         assert plan.packed_row is not None and plan.row0 is not None
         row = plan.packed_row[plan.start[k]: plan.start[k] + plan.count[k]] - plan.row0[k]
         mine = slice(*np.searchsorted(row, [lo, lo + local], side="left"))
-        return packing.packed_batch(self._src, self._tgt, ids[mine], row[mine] - lo, local,
+        return packing.packed_batch(src, tgt, ids[mine], row[mine] - lo, local,
                                     width, o.pad_id)
 
     def epoch_batches(self, epoch: int = 0) -> Iterator[Batch]:
         """All batches of one epoch, without touching the iterator's state (for eval)."""
-        plan = self._plan(epoch)
-        for k in range(len(plan)):
-            yield self._batch(plan, k)
+        for k in range(len(self._plan(epoch))):
+            yield self._batch(epoch, k)
 
     def __iter__(self) -> "BatchIterator":
         return self
@@ -347,7 +333,7 @@ class BatchIterator:
                 raise StopIteration
             self._epoch, self._index = self._epoch + 1, 0
             plan = self._plan(self._epoch)
-        batch = self._batch(plan, self._index)
+        batch = self._batch(self._epoch, self._index)
         self._index += 1
         return batch
 
@@ -370,6 +356,9 @@ class BatchIterator:
             diffs.append(f"corpus: saved {corpus.get('pairs')} pairs (lengths crc "
                          f"{corpus.get('lengths_crc')}), now {self._corpus['pairs']} "
                          f"({self._corpus['lengths_crc']})")
+            if corpus.get("resegment") != self._corpus.get("resegment"):
+                diffs.append(f"resegmented: saved {corpus.get('resegment')}, now "
+                             f"{self._corpus.get('resegment')}")
         if diffs:
             return "; ".join(diffs)
         return "a state saved before positions recorded their options" if saved is None \

@@ -109,6 +109,21 @@ class JointVocab:
             out.append(head + body + tail)
         return out
 
+    def sample(self, texts: Sequence[str], side: str, add_eos: bool,
+               sampling: Mapping) -> list[list[int]]:
+        """Joint ids of ``texts``, each segmented by ``side``'s model with
+        ``Encode(..., **sampling)`` one text at a time, its pieces looked up by text (one
+        draw per text, so a piece the model does not know needs no second encoding)."""
+        model = self.models[side]
+        tail = [self.eos_id] if add_eos else []
+        out = []
+        for text in texts:
+            code, body = split_language_code(text)
+            head = [] if code is None else [self.ids.get(code, self.unk_id)]
+            pieces = model.Encode(body, out_type=str, **sampling)
+            out.append(head + [self.ids.get(p, self.unk_id) for p in pieces] + tail)
+        return out
+
     def to_spm(self, rows: list[list[int]], side: str) -> list[list[int]]:
         """Joint id rows as ``side``'s sentencepiece ids (for its Decode)."""
         table = self._to_spm[side]

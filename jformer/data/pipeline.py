@@ -6,7 +6,8 @@ BLEU) and a one-pass, unshuffled, bucketed batch iterator (for the loss). Packin
 (data.pack) applies to training only.
 
 The tokenizer comes from :mod:`jformer.data.vocabulary`; the rows from :mod:`jformer.data.rows`
-(the train split through the encoded cache in the workdir).
+(the train split through the encoded cache in the workdir, or, with data.subword_dropout,
+segmented afresh every epoch: :mod:`jformer.data.resegment`).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import dataclasses
 import logging
 
 from jformer.config import DataConfig
-from jformer.data import batching, sources
-from jformer.data.rows import cached_train_rows, encoded_rows
+from jformer.data import batching, length_filter, sources
+from jformer.data.rows import cached_train_rows, encoded_rows, resegmented_train_rows
 from jformer.data.tokenizer import Tokenizer
 
 _log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ class DataSplit:
     # Raw (source, target) text of eval/test, all of it (also pairs the length filter kept
     # out of `batches`), for BLEU; empty for "train" (it would only cost memory).
     examples: list[sources.Pair]
-    filter_stats: batching.FilterStats
+    filter_stats: length_filter.FilterStats
     num_skipped: int  # pairs skipped on reading (an empty side)
 
 
@@ -67,11 +68,16 @@ def build_pipeline(data_cfg: DataConfig, workdir: str, split: str = "train", *,
     if split not in sources.SPLITS:
         raise ValueError(f"split must be one of {sources.SPLITS}; got {split!r}")
     train = split == "train"
-    if train and data_cfg.encoded_cache:
+    resegmented = None
+    if train and data_cfg.subword_dropout:
+        tokenizer, src, tgt, stats, num_skipped, resegmented = resegmented_train_rows(
+            data_cfg, workdir, tokenizer)
+        examples: list[sources.Pair] = []
+    elif train and data_cfg.encoded_cache:
         tokenizer, src, tgt, stats, num_skipped = cached_train_rows(
             data_cfg, workdir, tokenizer, first_host=shard_index == 0,
             hosts=num_shards)
-        examples: list[sources.Pair] = []
+        examples = []
     else:
         tokenizer, src, tgt, stats, corpus = encoded_rows(data_cfg, workdir, split,
                                                            tokenizer)
@@ -79,7 +85,7 @@ def build_pipeline(data_cfg: DataConfig, workdir: str, split: str = "train", *,
     options = batch_options(data_cfg, pad_id=tokenizer.pad_id, train=train,
                             num_devices=num_devices, shard_index=shard_index,
                             num_shards=num_shards, accum_steps=accum_steps)
-    iterator = batching.BatchIterator(src, tgt, options)
+    iterator = batching.BatchIterator(src, tgt, options, resegmented)
     _log.info("%s: %d pairs, %d source + %d target tokens, %d batches per epoch",
               split, len(src), src.values.size, tgt.values.size, iterator.num_batches())
     return DataSplit(tokenizer, iterator, examples, stats, num_skipped)

@@ -11,9 +11,10 @@ import os
 import numpy as np
 
 from jformer.config import DataConfig
-from jformer.data import batching, sources
+from jformer.data import length_filter, sources
 from jformer.data.encoded_cache import EncodedCache, encoded_key
 from jformer.data.ragged import RaggedArray
+from jformer.data.resegment import Resegmented
 from jformer.data.streamed import CorpusStream
 from jformer.data.tokenizer import Tokenizer
 from jformer.data.vocabulary import load_or_train_tokenizer
@@ -49,18 +50,38 @@ def encoded_rows(data_cfg: DataConfig, workdir: str, split: str,
                   tokenizer: Tokenizer | None):
     """(tokenizer, src, tgt, filter stats, corpus) of a split read, encoded and filtered
     by length now."""
+    return _encoded_kept(data_cfg, workdir, split, tokenizer)[:5]
+
+
+def resegmented_train_rows(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | None):
+    """(tokenizer, src, tgt, filter stats, pairs skipped on reading, resegmented) of the
+    train split read and encoded now, with the :class:`Resegmented` rows of every epoch
+    (data.subword_dropout; the raw text stays in memory, so no encoded cache)."""
+    tokenizer, src, tgt, stats, corpus, kept = _encoded_kept(data_cfg, workdir, "train",
+                                                             tokenizer)
+    pairs = [corpus.pairs[i] for i in kept.tolist()]
+    resegmented = Resegmented(tokenizer, [s for s, _ in pairs], [t for _, t in pairs], src,
+                              tgt, alpha=float(data_cfg.subword_dropout), seed=data_cfg.seed,
+                              max_source_len=data_cfg.max_source_len,
+                              max_target_len=data_cfg.max_target_len)
+    return tokenizer, src, tgt, stats, corpus.num_skipped, resegmented
+
+
+def _encoded_kept(data_cfg: DataConfig, workdir: str, split: str, tokenizer: Tokenizer | None):
+    """:func:`encoded_rows`, and the indices into ``corpus.pairs`` of the rows kept."""
     corpus = sources.load_corpus(data_cfg, split)
     if tokenizer is None:
         tokenizer = load_or_train_tokenizer(
             data_cfg, workdir, corpus.pairs if split == "train" else None)
     src, tgt = encode_pairs(tokenizer, corpus.pairs)
-    src, tgt, stats = batching.filter_by_length(src, tgt, data_cfg.max_source_len,
-                                                data_cfg.max_target_len, data_cfg.overlong)
+    limits = data_cfg.max_source_len, data_cfg.max_target_len
+    kept = length_filter.kept_by_length(src, tgt, *limits, data_cfg.overlong)
+    src, tgt, stats = length_filter.filter_by_length(src, tgt, *limits, data_cfg.overlong)
     if len(src) == 0:
         raise ValueError(f"all {stats.num_pairs} {split} pairs are longer than "
                          f"data.max_source_len={data_cfg.max_source_len} or "
                          f"data.max_target_len={data_cfg.max_target_len} tokens")
-    return tokenizer, src, tgt, stats, corpus
+    return tokenizer, src, tgt, stats, corpus, kept
 
 
 def cached_train_rows(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | None, *,
@@ -92,7 +113,7 @@ def cached_train_rows(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer |
         if tokenizer is None:  # its bytes are in the key: the cache was built with it
             tokenizer = load_or_train_tokenizer(data_cfg, workdir)
         _log.info("train: %d encoded pairs from %s", len(src), cache.path)
-        return (tokenizer, src, tgt, batching.FilterStats(*meta["filter"]),
+        return (tokenizer, src, tgt, length_filter.FilterStats(*meta["filter"]),
                 meta["num_skipped"])
     if hosts > 1:
         _log.warning("no encoded train split in %s after the first host built it (a "
@@ -110,7 +131,7 @@ def cached_train_rows(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer |
     else:
         tokenizer = _build_streamed(data_cfg, workdir, tokenizer, cached)
     src, tgt, meta = cached().load()  # memory-mapped
-    return (tokenizer, src, tgt, batching.FilterStats(*meta["filter"]),
+    return (tokenizer, src, tgt, length_filter.FilterStats(*meta["filter"]),
             meta["num_skipped"])
 
 
@@ -133,12 +154,12 @@ def _build_streamed(data_cfg: DataConfig, workdir: str, tokenizer: Tokenizer | N
     with cached().writer(tokenizer.vocab_size) as out:
         for pairs in stream.chunks():
             src, tgt = encode_pairs(tokenizer, pairs)
-            src, tgt, stats = batching.filter_by_length(
+            src, tgt, stats = length_filter.filter_by_length(
                 src, tgt, data_cfg.max_source_len, data_cfg.max_target_len,
                 data_cfg.overlong, log=False)
             out.add(src, tgt)
             totals += dataclasses.astuple(stats)
-        batching.log_filtered(batching.FilterStats(*totals.tolist()),
+        length_filter.log_filtered(length_filter.FilterStats(*totals.tolist()),
                               data_cfg.max_source_len, data_cfg.max_target_len)
         if totals[0] == totals[1]:
             raise ValueError(f"all {totals[0]} train pairs are longer than "

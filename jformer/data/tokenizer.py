@@ -287,6 +287,19 @@ class Tokenizer:
             return self._joint.encode(texts, side, add_eos, threads)
         return spm_calls.each(self._sp.Encode, texts, threads, out_type=int, add_eos=add_eos)
 
+    def sample_lists(self, texts: Sequence[str], alpha: float, add_eos: bool = True, *,
+                     side: str = "source") -> list[list[int]]:
+        """:meth:`encode_lists` with sentencepiece's sampling at ``alpha``, a text at a time
+        in this thread: after ``spm.set_random_generator_seed(s)``, the same ids again."""
+        _check_side(side)
+        if isinstance(texts, str):
+            raise ValueError("texts must be a sequence of strings, not one string")
+        sampling = {"enable_sampling": True, "alpha": alpha, "nbest_size": -1}
+        if self._joint:
+            return self._joint.sample(texts, side, add_eos, sampling)
+        return [self._sp.Encode(text, out_type=int, add_eos=add_eos, **sampling)
+                for text in texts]
+
     def decode(self, rows: Sequence[Sequence[int]] | np.ndarray,
                num_threads: int | None = None, *, side: str = "target") -> list[str]:
         """Decodes id rows (a list of sequences or an int [batch, len] array).

@@ -105,23 +105,6 @@ def test_a_budget_below_one_row_per_device_is_refused_not_exceeded():
     assert all(r * w <= 8192 for r, w in zip(ok._rows(64, 1), bounds))
 
 
-def test_filter_by_length_drop_and_truncate():
-    src, tgt = _corpus(300, max_len=40)
-    s2, t2, stats = batching.filter_by_length(src, tgt, 20, 25, "drop")
-    too_long = (src.lengths > 20) | (tgt.lengths > 25)
-    assert stats == batching.FilterStats(300, int(too_long.sum()), 0)
-    assert len(s2) == len(t2) == 300 - too_long.sum()
-    assert s2.lengths.max() <= 20 and t2.lengths.max() <= 25
-    s3, t3, stats = batching.filter_by_length(src, tgt, 20, 25, "truncate")
-    assert stats.num_truncated == too_long.sum() and len(s3) == 300
-    assert s3.lengths.max() == 20 and t3.lengths.max() == 25
-    assert all(row[-1] == EOS and (row[:-1] != EOS).all() for row in s3.to_rows())
-    i = int(np.argmax(src.lengths))
-    np.testing.assert_array_equal(s3.row(i)[:19], src.row(i)[:19])
-    with pytest.raises(ValueError, match="overlong must be"):
-        batching.filter_by_length(src, tgt, 20, 25, "cut")
-
-
 def test_options_validation():
     with pytest.raises(ValueError, match=r"num_devices \(3, global\) must be a multiple of "
                                          r"num_shards \(2\)"):

@@ -43,7 +43,7 @@ def test_train_batches_decode_to_the_corpus(train):
 def test_eval_split_keeps_examples_and_one_pass_batches(train, workdir):
     ev = pipeline.build_pipeline(CFG, workdir, "eval", tokenizer=train.tokenizer)
     assert len(ev.examples) == 37
-    assert ev.filter_stats == pipeline.batching.FilterStats(37, 0, 0)
+    assert ev.filter_stats == pipeline.length_filter.FilterStats(37, 0, 0)
     decoded = [s for b in ev.batches for s in train.tokenizer.decode(b["inputs"]) if s]
     assert sorted(decoded) == sorted(s for s, _ in ev.examples)
     test = pipeline.build_pipeline(CFG, workdir, "test")  # loads spm.model from workdir
