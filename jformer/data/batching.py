@@ -210,7 +210,6 @@ def pack_plan(src_lens: np.ndarray, tgt_lens: np.ndarray, options: BatchOptions,
     return _Plan(order, *table[:4], packed_row=row_of, row0=table[4])
 
 
-
 class EpochRows(Protocol):
     """A corpus segmented afresh each epoch (:mod:`jformer.data.resegment`)."""
 
@@ -244,16 +243,15 @@ class BatchIterator:
                              f"and {len(tgt)}")
         if len(src) == 0:
             raise ValueError("cannot batch an empty corpus (0 pairs)")
-        self._src, self._tgt, self.options = src, tgt, options
-        self._src_lens, self._tgt_lens = src.lengths, tgt.lengths
-        self._keys = np.maximum(self._src_lens, self._tgt_lens)
+        self.options = options
+        longest = int(np.maximum(src.lengths, tgt.lengths).max())
         limit = options.pack_len if options.pack else options.boundaries[-1]
-        if self._keys.max() > limit:
-            raise ValueError(f"longest pair has {self._keys.max()} tokens, over the "
+        if longest > limit:
+            raise ValueError(f"longest pair has {longest} tokens, over the "
                              f"{'pack_len' if options.pack else 'largest bucket'} {limit}; "
                              f"filter by length first")
-        crc = zlib.crc32(self._src_lens.astype(np.int64).tobytes())
-        crc = zlib.crc32(self._tgt_lens.astype(np.int64).tobytes(), crc)
+        crc = zlib.crc32(src.lengths.astype(np.int64).tobytes())
+        crc = zlib.crc32(tgt.lengths.astype(np.int64).tobytes(), crc)
         # Every epoch's rows: these, or ``resegment``'s fresh segmentation of the same pairs
         # (the base rows above still name the corpus; how it is resegmented joins them).
         self._rows_of = (resegment.rows if resegment is not None
@@ -265,7 +263,7 @@ class BatchIterator:
         legacy_key = options.plan_key(keep_devices=True)
         self._legacy_fingerprint = f"{zlib.crc32(legacy_key.encode(), crc):08x}"
         # Saved with the position, so a mismatch can say what changed.
-        self._corpus = {"pairs": int(self._keys.size), "lengths_crc": f"{crc:08x}"}
+        self._corpus = {"pairs": len(src), "lengths_crc": f"{crc:08x}"}
         if resegment is not None:
             self._corpus["resegment"] = resegment.describe()
         self._options = json.loads(json.dumps(options.all_plan_options()))

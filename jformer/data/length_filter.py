@@ -30,7 +30,7 @@ def filter_by_length(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
                          f"and {len(tgt)}")
     if overlong not in ("drop", "truncate"):
         raise ValueError(f"overlong must be 'drop' or 'truncate'; got {overlong!r}")
-    too_long = _too_long(src, tgt, max_source_len, max_target_len)
+    too_long = over_length(src, tgt, max_source_len, max_target_len)
     n_long = int(too_long.sum())
     if overlong == "truncate":
         stats = FilterStats(len(src), 0, n_long)
@@ -46,8 +46,9 @@ def filter_by_length(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
     return src, tgt, stats
 
 
-def _too_long(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
-              max_target_len: int) -> np.ndarray:
+def over_length(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
+                max_target_len: int) -> np.ndarray:
+    """bool [pairs]: whether a pair has a side over its maximum length (EOS counted)."""
     return (src.lengths > max_source_len) | (tgt.lengths > max_target_len)
 
 
@@ -57,7 +58,7 @@ def kept_by_length(src: RaggedArray, tgt: RaggedArray, max_source_len: int,
     overlong="truncate")."""
     if overlong == "truncate":
         return np.arange(len(src))
-    return np.flatnonzero(~_too_long(src, tgt, max_source_len, max_target_len))
+    return np.flatnonzero(~over_length(src, tgt, max_source_len, max_target_len))
 
 
 def log_filtered(stats: FilterStats, max_source_len: int, max_target_len: int) -> None:

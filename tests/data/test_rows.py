@@ -53,7 +53,7 @@ def test_a_restart_reads_the_encoded_train_split_and_not_the_text(tmp_path, monk
 
     monkeypatch.setattr(pipeline.sources, "load_corpus", no_text)
     again = pipeline.build_pipeline(cfg, workdir, "train", num_devices=2)
-    assert isinstance(again.batches._src.values, np.memmap)
+    assert isinstance(again.batches._rows_of(0)[0].values, np.memmap)
     assert (again.filter_stats, again.num_skipped) == (first.filter_stats, first.num_skipped)
     again.batches.set_state(state)  # the position of the run before: exact resume
     for a, b in zip(want, batches_of(again)):
