@@ -40,10 +40,8 @@ import threading
 import time
 from typing import Any, Callable, NamedTuple
 
-import jax
 import numpy as np
 
-from jformer.inference import padded_rows
 from jformer.inference.keys import row_key_data, seed_key
 from jformer.inference.settings import SearchSettings
 from jformer.serve.metrics import Metrics
@@ -157,15 +155,13 @@ class Batcher:
 
     Set ``translator`` (a :class:`jformer.inference.Translator`) before the first
     :meth:`submit`; it may be loaded on the decoder thread itself through :meth:`call`.
-    ``max_batch`` is the Translator's ``batch_size`` for these batches (a multiple of
-    ``devices``).
+    ``max_batch`` is the Translator's ``batch_size`` for these batches.
     """
 
     def __init__(self, *, max_batch: int, max_batch_tokens: int, max_wait_s: float,
-                 max_queue: int, devices: int = 1, metrics: Metrics | None = None,
+                 max_queue: int, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.translator = None
-        self.devices = devices  # the Translator's; batches pad to multiples of it
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self.max_wait_s, self.max_queue = max_wait_s, max_queue
         self.metrics = metrics or Metrics()
@@ -322,21 +318,17 @@ class Batcher:
         start = self._clock()
         settings = key[0]
         try:
-            # Pad the sentence list to the rows the Translator pads the batch to anyway
-            # (the last sentence again; its copies' results are dropped): decoding costs
-            # the same, and translate() only ever sees the few row counts warm-up
-            # compiled, not each count from 1 to max_batch (its per-call key ops compile
-            # per count).
-            rows = padded_rows(len(units), self.max_batch, self.devices)
-            padded = units + [units[-1]] * (rows - len(units))
+            # The sentences as they are: translate() pads the batch to its compiled row
+            # count with rows that finish at the first step (and leave a shrinking
+            # batch), where copies of a sentence would decode to its end. The sampling
+            # keys go as raw data, which translate() folds on the host at any count.
             rng = None
             if settings.method == "sample":
-                rng = jax.random.wrap_key_data(
-                    np.stack([u.job.key_data(u.index) for u in padded]))
-            prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in padded]
-            phrases = [u.job.constraints and u.job.constraints[u.index] for u in padded]
+                rng = np.stack([u.job.key_data(u.index) for u in units]).astype(np.uint32)
+            prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in units]
+            phrases = [u.job.constraints and u.job.constraints[u.index] for u in units]
             pending = self.translator.translate(
-                [u.job.sentences[u.index] for u in padded], return_scores=True,
+                [u.job.sentences[u.index] for u in units], return_scores=True,
                 batch_size=self.max_batch, rng=rng,
                 target_prefix=prefixes if any(prefixes) else None,
                 constraints=phrases if any(phrases) else None, wait=False,

@@ -50,8 +50,7 @@ class ServerState:
         self.batcher = Batcher(max_batch=limits.max_batch or 1,
                                max_batch_tokens=limits.max_batch_tokens,
                                max_wait_s=limits.max_wait_ms / 1000.0,
-                               max_queue=limits.max_queue, devices=devices,
-                               metrics=self.metrics)
+                               max_queue=limits.max_queue, metrics=self.metrics)
         self.phase = "loading"
         self.error: BaseException | None = None
         self.translator: Translator | None = None

@@ -325,15 +325,35 @@ def test_sentences_of_two_buckets_form_two_batches(translator):
     assert texts(result) == translator.translate([SENTENCES[0], LONG], method="greedy")
 
 
-def test_batches_reach_the_translator_padded_to_their_compiled_row_count():
-    upper = Upper()
-    batcher = Batcher(max_batch=8, max_batch_tokens=8192, max_wait_s=0.05, max_queue=64)
-    batcher.translator = upper
-    results = run(batcher, lambda loop: [fake_job(["a", "b"], loop), fake_job(["c"], loop)])
-    # Three sentences decode on 4 rows either way: the last one fills the fourth, so
-    # translate() only sees the row counts warm-up compiled.
-    assert upper.calls == [["a", "b", "c", "c"]]
-    assert [texts(r) for r in results] == [["A", "B"], ["C"]]
+def test_batches_reach_the_translator_as_they_are_and_compile_nothing_per_count(translator):
+    recording = Recording(translator)
+    batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.05, max_queue=64)
+    batcher.translator = recording
+    four = SENTENCES[:4]
+    run(batcher, lambda loop: [job_for(translator, four, GREEDY, loop)])  # compiles 4 rows
+    compiles = []
+
+    def count(event, seconds, **kwargs):
+        if event in ("/jax/core/compile/jaxpr_trace_duration",
+                     "/jax/core/compile/backend_compile_duration"):
+            compiles.append(event)
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.05, max_queue=64)
+        batcher.translator = recording
+        results = run(batcher, lambda loop: [job_for(translator, four[:2], GREEDY, loop),
+                                             job_for(translator, four[2:3], GREEDY, loop)])
+        seen = list(compiles)
+        jax.jit(lambda x: x * 3 + 1)(np.zeros(7))  # a new program: the listener hears it
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    assert len(compiles) > len(seen)
+    # Three sentences, no copies of the last one: translate() pads the batch to its 4
+    # compiled rows itself, with rows that finish at once, and nothing traces or compiles
+    assert sorted(recording.calls[-1][0]) == sorted(four[:3])
+    assert seen == []
+    want = translator.translate(four[:3], method="greedy")
+    assert [texts(r) for r in results] == [want[:2], want[2:]]
     assert batcher.metrics.registry.get_sample_value("jformer_sentences_total") == 3
 
 
