@@ -92,6 +92,7 @@ def get_config() -> ml_collections.ConfigDict:
     t.keep_best = 0
     t.best_metric = "bleu"  # bleu (higher is better) | loss (lower): keep_best, early stop
     t.early_stop_evals = 0  # stop once N validations in a row missed the best; 0: never
+    t.ema_decay = 0.0  # moving average of the params (validation and readers use it); 0: none
     t.async_checkpoints = True
     t.coordinator_address = ""  # host:port for multi-host; empty = single process
     t.num_processes = 1

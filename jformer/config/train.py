@@ -31,6 +31,10 @@ class TrainConfig:
     weight_decay_mask: str = "all"  # all | matrices (BERT: no decay of biases and LayerNorms)
     label_smoothing: float = 0.1  # paper 5.4
     grad_clip_norm: float = 0.0  # 0: no clipping
+    # An exponential moving average of the parameters, updated after every step, which
+    # validation, checkpoint selection and every checkpoint reader use (0: none; e.g.
+    # 0.999 averages over about the last 1,000 steps; jformer/train/ema.py)
+    ema_decay: float = 0.0
     accum_steps: int = 1  # gradient accumulation micro-batches per update
     parallelism: str = "shard_map"  # shard_map | pmap
     compute_dtype: str = "float32"  # float32 | bfloat16 (params and opt state stay f32)
@@ -63,6 +67,7 @@ class TrainConfig:
         check_choice(s, "best_metric", self.best_metric, tuple(SELECTION_METRICS))
         check_number(s, "max_minutes", self.max_minutes, 0, note=" (0: no budget)")
         check_rate(s, "label_smoothing", self.label_smoothing)
+        check_rate(s, "ema_decay", self.ema_decay)
         check_choice(s, "parallelism", self.parallelism, ("shard_map", "pmap"))
         check_choice(s, "schedule", self.schedule, SCHEDULES)
         check_choice(s, "weight_decay_mask", self.weight_decay_mask, ("all", "matrices"))

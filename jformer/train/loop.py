@@ -23,13 +23,14 @@ from jformer.config.fields import check
 from jformer.train import bert_tasks, finetune_task
 from jformer.train.progress import Progress
 from jformer.workdir import files
-from jformer.workdir.checkpoint import Checkpointer
+from jformer.workdir.checkpoint import EMA_KEY, Checkpointer
 from jformer.workdir.metrics import read_metrics, validation_scores
 from jformer.train.run_control import (Budget, EarlyStop, StopRequest, TrainingInterrupted,
                                        agreed, check_finite, selection_value, workdir_lock)
 from jformer.train.schedules import make_optimizer
 from jformer.train.sharding import DataParallel
 from jformer.mesh import make_mesh
+from jformer.train import ema
 from jformer.train.step import TrainState, create_train_state
 from jformer.train.tasks import Task, TranslationTask
 
@@ -72,18 +73,35 @@ def build_job(raw: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]:
     dp = DataParallel(make_mesh(), cfg.train.parallelism)
     job = Job(cfg, workdir, built.train_data, built.eval_data, built.model, dp, None, None,
               schedule, task)
-    job.train_step = dp.compile(task.train_step(job, tx, schedule))
+    train_step = task.train_step(job, tx, schedule)
+    if cfg.train.ema_decay:
+        train_step = ema.averaging_step(train_step, cfg.train.ema_decay)
+    job.train_step = dp.compile(train_step)
     job.eval_step = dp.compile(task.eval_step(job), donate_state=False)
     example = next(built.train_data.batches.epoch_batches(0))
     state = create_train_state(built.model, tx, cfg.train.seed, example,
                                init_fn=lambda rng, batch: task.init_params(job, rng, batch))
-    return job, state
+    return job, ema.with_ema(state) if cfg.train.ema_decay else state
 
 def restore_or_init(job: Job, ckpt: Checkpointer, state: TrainState) -> TrainState:
     """Resumes from the latest checkpoint (state and data position) when there is one."""
     if ckpt.latest_step() is None:
         return state
-    state, data_state = ckpt.restore(abstract_state=state)
+    saved_ema = EMA_KEY in ckpt.state_keys()
+    wants_ema = isinstance(state, ema.EmaTrainState)
+    if saved_ema == wants_ema:
+        state, data_state = ckpt.restore(abstract_state=state)
+    elif wants_ema:  # train.ema_decay turned on: the average starts at the restored params
+        state, data_state = ckpt.restore(abstract_state=ema.without_ema(state))
+        state = ema.with_ema(state)
+        _log.info("train.ema_decay: checkpoint %d has no moving average of the parameters; "
+                  "it starts from them", int(state.step))
+    else:  # turned off: the saved average is read, and left out of the new checkpoints
+        state, data_state = ckpt.restore(abstract_state=ema.with_ema(state))
+        state = ema.without_ema(state)
+        _log.info("train.ema_decay=0: checkpoint %d's moving average of the parameters is "
+                  "dropped; validation and new checkpoints use the parameters",
+                  int(state.step))
     job.train_data.batches.set_state(data_state)
     _log.info("resumed from step %d (data position %s)", int(state.step), data_state)
     return state
@@ -234,8 +252,8 @@ def run_loop(job: Job, state, ckpt: Checkpointer, *,
         with StopRequest() as stop:
             state = _steps(job, state, ckpt, progress, budget, stop, validations)
         if final_eval and validations.final is None:  # no step ran: a finished run
-            params = job.dp.get_state(state).params
-            validations.evaluated_final(step, job.task.final(job, params))
+            weights = job.dp.get_state(state).weights
+            validations.evaluated_final(step, job.task.final(job, weights))
     finally:
         progress.close()
     return state, validations.final
@@ -272,7 +290,7 @@ def _steps(job: Job, state, ckpt: Checkpointer, progress: Progress, budget: Budg
             progress.train(step, summed, job.schedule(step - 1), job.task.train_figures(summed))
         # an evaluation every eval_every steps; the last step's is the final one
         last_step, score = validations.after_step(
-            step, last_step, lambda: job.dp.get_state(state).params, stop.requested)
+            step, last_step, lambda: job.dp.get_state(state).weights, stop.requested)
         evaluated = score is not None and tcfg.keep_best > 0
         if step % tcfg.checkpoint_every == 0 or step == last_step or evaluated:
             ckpt.save(step, job.dp.get_state(state), batches.get_state(),

@@ -36,6 +36,12 @@ class TrainState:
     opt_state: PyTree
     rng: jax.Array  # uint32 key data; per-step dropout keys are folded from it
 
+    @property
+    def weights(self) -> PyTree:
+        """The weights the run is judged by (validation, checkpoints' readers): the
+        parameters, or their moving average in an :class:`~.ema.EmaTrainState`."""
+        return self.params
+
 
 def create_train_state(model: Transformer, tx: optax.GradientTransformation, seed: int,
                        example_batch: dict, init_fn: Callable | None = None) -> TrainState:

@@ -4,12 +4,14 @@
                  the tokenizer files, metrics.jsonl, the lock), atomic writes, JSON,
                  UTF-8 text lines
     checkpoint   orbax checkpoints of the train state and data position, the newest and
-                 (train.keep_best) the best by validation kept; restore_params
+                 (train.keep_best) the best by validation kept; restore_params (the
+                 params, or their moving average where train.ema_decay kept one)
     metrics      metrics.jsonl read back: its rows, validation figures by step, the best
     averaging    the mean of the last K checkpoints' params (paper 6.1), or of the best K
                  by validation, written as a params-only checkpoint that restore_params
                  reads
     flat         a params tree under flat names ("decoder/.../kernel") and back
+    tree_diff    where two trees of arrays differ, one line each, for errors
 
 A foundation: it imports nothing of jformer above jformer.config and jformer.types.
 Reading a whole run for inference (config, tokenizer and params together) needs the

@@ -21,8 +21,9 @@ import orbax.checkpoint as ocp
 
 from jformer.config.train import SELECTION_METRICS
 from jformer.workdir import files
-from jformer.workdir.checkpoint import (AVERAGED_ITEM, PARAMS_KEY, STATE_ITEM, listed,
-                                read_only_manager, tree_differences, restore_params)
+from jformer.workdir.checkpoint import (AVERAGED_ITEM, PARAMS_KEY, STATE_ITEM,
+                                        read_only_manager, restore_params)
+from jformer.workdir.tree_diff import listed, tree_differences
 from jformer.workdir.metrics import (METRIC_NAMES, best_steps, read_metrics,
                                      validation_scores)
 from jformer.types import PyTree

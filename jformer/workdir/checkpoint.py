@@ -28,6 +28,10 @@ so the steps kept are the ones ``jformer average-checkpoints --best`` picks.
 Averaged checkpoints (:mod:`jformer.workdir.averaging`) hold only ``{"params": ...}``
 in their state item; ``restore_params`` reads them like any other.
 
+A run with ``train.ema_decay`` saves the moving average of its parameters beside them
+(``ema``, :mod:`jformer.train.ema`): ``restore_params`` reads the average then, the
+weights the run was validated with (``which="params"`` reads the raw ones).
+
 Limitation: the data state is written by process 0 only (orbax's JsonSave), so multi-host
 runs whose hosts hold different iterator states need per-host data items.
 """
@@ -50,6 +54,7 @@ import orbax.checkpoint as ocp
 
 from jformer.types import PyTree
 from jformer.workdir.metrics import best_steps
+from jformer.workdir.tree_diff import listed, tree_differences
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +62,8 @@ STATE_ITEM = "state"          # the train state pytree (params, opt_state, step,
 DATA_ITEM = "data"            # JSON dict: the data iterator's resumable state
 AVERAGED_ITEM = "averaged"    # JSON dict in averaged checkpoints: which steps, from where
 PARAMS_KEY = "params"         # key (or attribute) of the parameters inside the train state
+EMA_KEY = "ema"               # and of their moving average (train.ema_decay), when kept
 OPT_STATE_KEY = "opt_state"   # key (or attribute) of the optimizer state
-_MAX_LISTED_PROBLEMS = 10
 
 
 class Checkpointer:
@@ -187,6 +192,14 @@ class Checkpointer:
         logger.info("restored checkpoint for step %d from %s", step, self.directory)
         return restored[STATE_ITEM], dict(restored[DATA_ITEM])
 
+    def state_keys(self, step: int | None = None) -> set[str]:
+        """The top-level keys of step `step`'s saved train state (default: the latest),
+        e.g. whether it holds a moving average of the parameters."""
+        self.wait()
+        step = _resolve_step(self._manager, self.directory, step)
+        saved_tree = _state_metadata(self._manager, step)
+        return set(saved_tree) if isinstance(saved_tree, Mapping) else set()
+
     def wait(self) -> None:
         """Blocks until every started save is written and finalized."""
         self._manager.wait_until_finished()
@@ -217,7 +230,8 @@ class _BestScored:
         return [c.step in best for c in checkpoints]
 
 
-def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyTree:
+def restore_params(directory: str | os.PathLike, step: int | None = None, *,
+                   which: str = "weights") -> PyTree:
     """Restores only the parameters of a checkpoint, for inference.
 
     Works on any device count and without the optimizer state or the training mesh: the
@@ -226,15 +240,19 @@ def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyT
     Args:
       directory: a checkpoint directory written by `Checkpointer` or `average_checkpoints`.
       step: the step to restore; None for the latest.
+      which: "weights": the moving average of the parameters where the run kept one
+        (``train.ema_decay``), else the parameters; "params": the parameters.
 
     Returns:
-      the ``params`` subtree of the saved train state, as nested dicts of np.ndarray.
+      that subtree of the saved train state, as nested dicts of np.ndarray.
 
     Raises:
       FileNotFoundError: `directory` holds no checkpoint (or not that step).
       ValueError: the checkpoint's state has no ``params``, or its step folder is damaged
         (array files missing or unreadable).
     """
+    if which not in ("weights", "params"):
+        raise ValueError(f"which must be 'weights' or 'params'; got {which!r}")
     directory = os.path.abspath(os.fspath(directory))
     with contextlib.closing(read_only_manager(directory)) as manager:
         step = _resolve_step(manager, directory, step)
@@ -242,7 +260,8 @@ def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyT
         if not isinstance(saved_tree, Mapping) or PARAMS_KEY not in saved_tree:
             raise ValueError(f"checkpoint {directory}/{step} has no '{PARAMS_KEY}' in its "
                              f"'{STATE_ITEM}' item")
-        params_meta = saved_tree[PARAMS_KEY]
+        key = EMA_KEY if which == "weights" and EMA_KEY in saved_tree else PARAMS_KEY
+        params_meta = saved_tree[key]
         target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), params_meta)
         # restore_type=np.ndarray: ignore the saved shardings, which may name devices
         # this process does not have.
@@ -250,13 +269,14 @@ def restore_params(directory: str | os.PathLike, step: int | None = None) -> PyT
             lambda m: ocp.RestoreArgs(restore_type=np.ndarray, dtype=m.dtype), params_meta)
         try:
             restored = manager.restore(step, args=ocp.args.Composite(**{
-                STATE_ITEM: ocp.args.PyTreeRestore(item={PARAMS_KEY: target},
-                                                   restore_args={PARAMS_KEY: restore_args},
+                STATE_ITEM: ocp.args.PyTreeRestore(item={key: target},
+                                                   restore_args={key: restore_args},
                                                    partial_restore=True)}))
         except (KeyError, ValueError, OSError) as e:
             raise _unreadable(f"{directory}/{step}", e) from e
-    logger.info("restored params of step %d from %s", step, directory)
-    return restored[STATE_ITEM][PARAMS_KEY]
+    logger.info("restored %s of step %d from %s", "the parameters' moving average"
+                if key == EMA_KEY else "params", step, directory)
+    return restored[STATE_ITEM][key]
 
 
 def _remove_unfinished_saves(directory: str) -> None:
@@ -340,39 +360,6 @@ def _unreadable(where: str, error: Exception) -> ValueError:
         cause = f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"
     return ValueError(f"checkpoint {where} is damaged: cannot read {what} ({cause}); remove "
                       "the step folder, or pick another step")
-
-
-def _key_str(key: Any) -> str:
-    for attr in ("key", "name", "idx"):  # DictKey, GetAttrKey, SequenceKey
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
-
-
-def _shapes_by_path(tree: PyTree) -> dict[str, tuple[int, ...]]:
-    """Maps 'a/b/0/c' leaf paths to shapes; orbax saves attributes and tuples this way."""
-    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {"/".join(_key_str(k) for k in path): tuple(getattr(leaf, "shape", np.shape(leaf)))
-            for path, leaf in leaves}
-
-
-def tree_differences(tree: PyTree, other: PyTree, *, only_in_tree: str, only_in_other: str,
-                      shapes: str) -> list[str]:
-    """The array paths where `tree` and `other` differ, one line each, worded by the
-    format strings (fields: ``p`` the path, ``a`` its shape in `tree`, ``b`` in `other`);
-    shape differences first."""
-    a, b = _shapes_by_path(tree), _shapes_by_path(other)
-    problems = [shapes.format(p=p, a=a[p], b=b[p])
-                for p in sorted(a.keys() & b.keys()) if a[p] != b[p]]
-    problems += [only_in_other.format(p=p, b=b[p]) for p in sorted(b.keys() - a.keys())]
-    problems += [only_in_tree.format(p=p, a=a[p]) for p in sorted(a.keys() - b.keys())]
-    return problems
-
-
-def listed(problems: list[str]) -> str:
-    more = len(problems) - _MAX_LISTED_PROBLEMS
-    listed = "; ".join(problems[:_MAX_LISTED_PROBLEMS])
-    return listed + (f"; and {more} more" if more > 0 else "")
 
 
 def _check_compatible(saved_tree: PyTree, target: PyTree, where: str) -> None:

@@ -45,9 +45,10 @@ def assert_one_line_error(out, message):
 
 TRAIN_FIELDS = ("accum_steps, adam_b1, adam_b2, adam_eps, async_checkpoints, best_metric, "
                 "checkpoint_every, compute_dtype, coordinator_address, early_stop_evals, "
-                "eval_bleu_sentences, eval_every, grad_clip_norm, keep_best, keep_checkpoints, "
-                "label_smoothing, learning_rate_scale, log_every, max_minutes, num_processes, "
-                "num_steps, parallelism, process_id, seed, warmup_steps, weight_decay")
+                "ema_decay, eval_bleu_sentences, eval_every, grad_clip_norm, keep_best, "
+                "keep_checkpoints, label_smoothing, learning_rate_scale, log_every, "
+                "max_minutes, num_processes, num_steps, parallelism, process_id, seed, "
+                "warmup_steps, weight_decay")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -90,14 +90,16 @@ def test_nonfinite_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, s
 
 
 @pytest.mark.slow
-def test_pmap_and_shard_map_jobs_train_and_evaluate_alike(tmp_path, shared_vocab):
+@pytest.mark.parametrize("ema_decay", [0.0, 0.5])
+def test_pmap_and_shard_map_jobs_train_and_evaluate_alike(tmp_path, shared_vocab, ema_decay):
     # Periodic (step 2) and final (step 3) evaluations run the compiled eval step on the
-    # parameters of each layout; pmap once passed an un-stacked copy and crashed.
+    # parameters of each layout (or their moving average); pmap once passed an un-stacked
+    # copy and crashed.
     finals, rows, params = {}, {}, {}
     for mode in ("shard_map", "pmap"):
         w = workdir_with_vocab(tmp_path, mode, shared_vocab)
         finals[mode] = train_lib.train_and_evaluate(
-            tiny_config(num_steps=3, eval_every=2, parallelism=mode), w)
+            tiny_config(num_steps=3, eval_every=2, parallelism=mode, ema_decay=ema_decay), w)
         rows[mode] = [json.loads(line) for line in open(os.path.join(w, "metrics.jsonl"))
                       if json.loads(line)["kind"] in ("eval", "final")]
         params[mode] = restore_params(checkpoint_dir(w))
