@@ -28,8 +28,11 @@ def get_config() -> ml_collections.ConfigDict:
     m.activation = "relu"  # paper 3.3; or gelu
     m.share_embeddings = True  # paper 3.4: source and target share one embedding
     m.tie_output = True  # paper 3.4: pre-softmax projection = embedding^T
+    m.output_bias = False  # a learned bias [V] on tied logits (Marian's final_logits_bias)
     m.layer_norm_epsilon = 1e-6
     m.dtype = "float32"  # activations dtype inside the model (train.compute_dtype sets it)
+    m.ops = "auto"  # plain: stock JAX/Flax | cpu: jformer.kernels' CPU set | auto: by platform
+    m.decoder_start = "bos"  # the decoder's first input: bos (paper) | pad (Marian)
     m.pad_id = 0  # tokenizer sets it
     m.bos_id = 2  # tokenizer sets it
     m.eos_id = 3  # tokenizer sets it
@@ -52,6 +55,7 @@ def get_config() -> ml_collections.ConfigDict:
     d.demo_num_train = 40000
     d.demo_num_eval = 1000
     d.demo_num_test = 1000
+    d.vocab = "shared"  # one sentencepiece model for both sides | separate (Marian's)
     d.vocab_size = 37000  # paper 5.1: ~37000 shared BPE tokens
     d.vocab_model_type = "bpe"  # bpe | unigram | char (README: Choosing a vocabulary)
     d.vocab_character_coverage = 1.0
@@ -64,6 +68,7 @@ def get_config() -> ml_collections.ConfigDict:
     d.pack = False  # pack several pairs per row
     d.pack_len = 256  # row length when packing
     d.shuffle_buffer = 0
+    d.encoded_cache = True  # keep the train split encoded in <workdir>/data (memory-mapped)
     d.subword_dropout = 0.0  # BPE-dropout of the train split, fresh every epoch; 0: off
     d.seed = 0
 
@@ -72,11 +77,14 @@ def get_config() -> ml_collections.ConfigDict:
     t.num_steps = 100_000  # paper 5.2: base trained 100k steps
     t.max_minutes = 0.0  # wall-clock budget (data, compile, steps, evaluations); 0 = none
     t.warmup_steps = 4000  # paper 5.3
+    t.schedule = "rsqrt"  # rsqrt (paper eq. 3) | linear (BERT: warm-up, then linear to 0)
+    t.learning_rate = 1e-4  # peak rate of the linear schedule; rsqrt: unused
     t.learning_rate_scale = 1.0  # lrate = scale * d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
     t.adam_b1 = 0.9  # paper 5.3
     t.adam_b2 = 0.98  # paper 5.3
     t.adam_eps = 1e-9  # paper 5.3
     t.weight_decay = 0.0
+    t.weight_decay_mask = "all"  # all | matrices (no decay of biases and LayerNorms)
     t.label_smoothing = 0.1  # paper 5.4: eps_ls
     t.grad_clip_norm = 0.0  # global-norm clipping; 0 disables
     t.accum_steps = 1  # micro-batches accumulated per optimizer update
@@ -111,4 +119,12 @@ def get_config() -> ml_collections.ConfigDict:
     e.memory_limit = "0"  # "2GB", "512MiB" or bytes: the most one decode batch's KV cache
     # may take per device (batches shrink to fit); "0" = no limit. A string, so that
     # --config.decode.memory_limit=2GB overrides it
+    e.eos_candidates = "all"  # beam: all of the 2W best may finish | top_w (fairseq, CT2)
+    e.shrink_floor = 8  # batches drop finished sentences in halving stages to this; 0: never
+    e.dtype = "auto"  # auto (float32 on a CPU) | model | float32 | bfloat16 | int8
+    # word alignments: the decoder layer whose cross-attention is read and its head
+    # (None: the last layer; the mean over heads)
+    e.alignment_layer = ml_collections.config_dict.placeholder(int)
+    e.alignment_head = ml_collections.config_dict.placeholder(int)
+    e.shortlist = ""  # a vocabulary shortlist file (jformer shortlist); "": none
     return c

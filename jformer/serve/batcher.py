@@ -324,7 +324,7 @@ class Batcher:
             # keys go as raw data, which translate() folds on the host at any count.
             rng = None
             if settings.method == "sample":
-                rng = np.stack([u.job.key_data(u.index) for u in units]).astype(np.uint32)
+                rng = np.stack([u.job.key_data(u.index) for u in units])  # uint32 [n, 2]
             prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in units]
             phrases = [u.job.constraints and u.job.constraints[u.index] for u in units]
             pending = self.translator.translate(
