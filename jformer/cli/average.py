@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", choices=tuple(SELECTION_METRICS), default=None,
                    help="with --best: bleu (the default; higher is better) or loss (the "
                         "validation loss, label-smoothed; lower is better)")
+    p.add_argument("--params", action="store_true",
+                   help="of a run that kept a moving average of its parameters "
+                        "(train.ema_decay), average the parameters, not the moving averages")
     p.add_argument("--out", required=True, help="new, empty output directory")
 
 
@@ -34,15 +37,17 @@ def run(args: argparse.Namespace) -> None:
 
     if not os.path.isdir(args.workdir):
         raise FileNotFoundError(f"workdir not found: {args.workdir}")
+    which = "params" if args.params else "weights"
     if args.best is None:
         if args.metric is not None:
             raise ValueError("--metric chooses what --best ranks by; give --best K with it")
         last = 5 if args.last is None else args.last
-        steps = average_checkpoints(files.checkpoint_dir(args.workdir), last, args.out)
+        steps = average_checkpoints(files.checkpoint_dir(args.workdir), last, args.out,
+                                    which)
         print(f"averaged steps {steps} into {args.out}")
         return
     metric = args.metric or "bleu"
-    chosen = average_best_checkpoints(args.workdir, args.best, args.out, metric)
+    chosen = average_best_checkpoints(args.workdir, args.best, args.out, metric, which)
     if chosen.skipped:
         print(f"skipped validated steps whose checkpoint is gone: {chosen.skipped}",
               file=sys.stderr)

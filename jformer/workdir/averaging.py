@@ -43,13 +43,16 @@ class Selection:
 
 
 def average_checkpoints(directory: str | os.PathLike, last_k: int,
-                        output_dir: str | os.PathLike) -> list[int]:
+                        output_dir: str | os.PathLike, which: str = "weights") -> list[int]:
     """Averages the params of the newest `last_k` checkpoints (paper section 6.1: 5).
 
     The mean is taken in float32 and cast back to each parameter's dtype. The result is
     written to `output_dir` as a params-only checkpoint (state item ``{"params": ...}``)
     at the newest averaged step, with an ``averaged`` JSON item recording the steps and
-    source directory; ``restore_params(output_dir)`` loads it.
+    source directory; ``restore_params(output_dir)`` loads it. ``which``: what of each
+    checkpoint, as ``restore_params`` reads it: "weights" (the moving average of the
+    parameters where the run kept one, ``train.ema_decay``; else the parameters) or
+    "params" (the parameters).
 
     Returns:
       the steps averaged, ascending.
@@ -68,19 +71,21 @@ def average_checkpoints(directory: str | os.PathLike, last_k: int,
         raise ValueError(f"average_checkpoints asked for the last {last_k} checkpoints but "
                          f"{directory} holds {len(steps)}: steps {steps}")
     steps = steps[-last_k:]
-    _average(directory, steps, output_dir, {"steps": steps, "source": directory})
+    _average(directory, steps, output_dir, {"steps": steps, "source": directory}, which)
     return steps
 
 
 def average_best_checkpoints(workdir: str | os.PathLike, best_k: int,
-                             output_dir: str | os.PathLike, metric: str = "bleu") -> Selection:
+                             output_dir: str | os.PathLike, metric: str = "bleu",
+                             which: str = "weights") -> Selection:
     """Averages the params of the `best_k` checkpoints of `workdir` with the best
     validation `metric` ("bleu": highest; "loss": lowest; of equal figures the later
     step), as recorded by the "eval" and "final" rows of ``<workdir>/metrics.jsonl``.
 
     Only steps with both a checkpoint and a validation record count; validated steps whose
     checkpoint is gone are skipped (logged, and listed in the result). The output is
-    written as by :func:`average_checkpoints`, and its ``averaged`` item also records
+    written as by :func:`average_checkpoints` (``which`` as there), and its ``averaged``
+    item also records
     ``"selection": {"metric", "values"}`` (values in the order of "steps").
 
     Raises:
@@ -113,7 +118,8 @@ def average_best_checkpoints(workdir: str | os.PathLike, best_k: int,
     steps = sorted(best_steps(usable, best_k, metric))
     values = [usable[step] for step in steps]
     _average(directory, steps, output_dir, {"steps": steps, "source": directory,
-                                            "selection": {"metric": metric, "values": values}})
+                                            "selection": {"metric": metric, "values": values}},
+             which)
     return Selection(metric, steps, values, skipped)
 
 
@@ -127,12 +133,14 @@ def _saved_steps(directory: str) -> list[int]:
         return sorted(manager.all_steps())
 
 
-def _average(directory: str, steps: list[int], output_dir: str, info: dict[str, Any]) -> None:
-    """Writes the float32 mean of the params of `steps` (cast back to each parameter's
-    dtype) to `output_dir`, with `info` as its ``averaged`` item."""
+def _average(directory: str, steps: list[int], output_dir: str, info: dict[str, Any],
+             which: str) -> None:
+    """Writes the float32 mean of the params (``restore_params``' `which`) of `steps`
+    (cast back to each parameter's dtype) to `output_dir`, with `info` as its
+    ``averaged`` item."""
     sum_tree, dtypes = None, None
     for step in steps:  # One checkpoint in memory at a time, plus the float32 sum.
-        params = restore_params(directory, step)
+        params = restore_params(directory, step, which=which)
         if sum_tree is None:
             dtypes = jax.tree.map(lambda x: x.dtype, params)
             sum_tree = jax.tree.map(lambda x: x.astype(np.float32), params)

@@ -49,3 +49,27 @@ def test_best_option_mistakes_are_one_line_errors(tmp_path, capsys):
               "--out", str(tmp_path / "avg")])
     assert "argument --best: not allowed with argument --last" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "avg")
+
+
+def test_a_run_with_a_moving_average_averages_it_and_its_params_on_request(tmp_path, capsys):
+    """train.ema_decay runs save "ema" beside "params": averaging takes the averages (the
+    weights the run validated), --params the parameters."""
+    import numpy as np
+
+    from jformer.workdir import files
+    from jformer.workdir.checkpoint import Checkpointer, restore_params
+
+    workdir = str(tmp_path / "run")
+    state = lambda s: {"params": {"w": np.full(3, s, np.float32)},  # noqa: E731
+                       "ema": {"w": np.full(3, 10.0 * s, np.float32)}}
+    with Checkpointer(files.checkpoint_dir(workdir), keep=5, save_every=1,
+                      async_save=False) as ckpt:
+        for step in (1, 2, 3):
+            ckpt.save(step, state(step), {})
+    for flags, want in (([], 25.0), (["--params"], 2.5)):  # steps 2 and 3
+        out = tmp_path / f"avg{len(flags)}"
+        status, printed, err = run_cli(["average-checkpoints", "--workdir", workdir, "--last",
+                                        2, *flags, "--out", out], capsys)
+        assert status == 0, err
+        assert "averaged steps [2, 3]" in printed
+        np.testing.assert_array_equal(restore_params(out)["w"], np.full(3, want, np.float32))
