@@ -1,4 +1,6 @@
 import dataclasses
+import importlib
+import pathlib
 
 import pytest
 from absl import flags
@@ -287,8 +289,7 @@ def test_the_multi30k_recipe_validates_every_checkpoint_and_keeps_the_best_5():
     assert t.keep_checkpoints == 5 and t.early_stop_evals == 0
 
 
-SHIPPED = sorted(p.stem for p in
-                 (__import__("pathlib").Path(__file__).parent.parent / "configs").glob("*.py")
+SHIPPED = sorted(p.stem for p in (pathlib.Path(__file__).parent.parent / "configs").glob("*.py")
                  if p.stem not in ("__init__", "marian"))  # marian.py reads a workdir's json
 
 
@@ -296,8 +297,6 @@ SHIPPED = sorted(p.stem for p in
 def test_every_field_of_a_section_is_in_each_shipped_config(name):
     """train.py overrides only the fields a config file holds (ml_collections): a field
     left out of configs/base.py could not be set with --config.<section>.<field>."""
-    import importlib
-
     raw = importlib.import_module(f"configs.{name}").get_config()
     defaults = from_config_dict({})
     missing = [f"{section}.{f.name}" for section in raw.keys()

@@ -21,6 +21,7 @@ checkpoints kept by validation), the final figures and
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import jax
@@ -42,17 +43,20 @@ class EmaTrainState(TrainState):
         return self.ema
 
 
+def _train_fields(state: TrainState) -> dict:
+    """The fields ``state`` has as a plain :class:`TrainState`."""
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(TrainState)}
+
+
 def with_ema(state: TrainState) -> EmaTrainState:
     """``state`` with a moving average that starts at its parameters (a copy: the step
     donates the state, and one buffer cannot be donated twice)."""
-    return EmaTrainState(step=state.step, params=state.params, opt_state=state.opt_state,
-                         rng=state.rng, ema=jax.tree.map(jnp.copy, state.params))
+    return EmaTrainState(**_train_fields(state), ema=jax.tree.map(jnp.copy, state.params))
 
 
 def without_ema(state: EmaTrainState) -> TrainState:
     """``state`` without its average (a run resumed with ``train.ema_decay=0``)."""
-    return TrainState(step=state.step, params=state.params, opt_state=state.opt_state,
-                      rng=state.rng)
+    return TrainState(**_train_fields(state))
 
 
 def decay_at(decay: float, step: jax.Array) -> jax.Array:
