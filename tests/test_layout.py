@@ -25,7 +25,7 @@ STAGES: dict[str, int] = {
     # foundations: shapes, typed configs, the workdir's files and checkpoints, the mesh,
     # packages' names imported on first use
     "jformer.types": 0, "jformer.config": 0, "jformer.workdir": 0, "jformer.mesh": 0,
-    "jformer.lazy": 0,
+    "jformer.lazy": 0, "jformer.step_index": 0,
     # the plain forms: the paper's model, searches over a step function, text to batches
     "jformer.model": 1, "jformer.search": 1, "jformer.data": 1,
     # XLA:CPU speed-ups, each equal to the plain form it replaces (so it may read it),

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer import step_index
 from jformer.kernels import decode_cache, native_attention, rows_matmul
 from jformer.kernels.bias import add_bias
 from jformer.kernels.dropout import keep_mask
@@ -128,9 +129,10 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
         [batch, beam, heads, head_dim].
       kt_BHKX: keys [batch, heads, head_dim, max_len * beam]; column t*W + v holds
         position t of slot v. v_BHXK: values [batch, heads, max_len * beam, head_dim].
-      slot_BWT: int32 [batch, beam, max_len]; index: int32 scalar, the query position.
-      earlier_T: bool [max_len], the earlier positions the query reads (default t < index;
-        a window reads fewer).
+      slot_BWT: int32 [batch, beam, max_len]; index: int32, the query position: a
+        scalar, or each row's [batch] (a row's hypotheses share it).
+      earlier_T: bool [max_len] (or each row's, [batch, max_len]), the earlier positions
+        the query reads (default t < index; a window reads fewer).
       relative: Shaw et al.'s (a^K, a^V) [max_len, head_dim] of each position against
         ``index`` (the own k, v carry their own).
     Returns:
@@ -139,10 +141,11 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
     batch, beam, max_len = slot_BWT.shape
     slots_V = jnp.arange(beam, dtype=slot_BWT.dtype)
     if earlier_T is None:
-        earlier_T = jnp.arange(max_len) < index
+        earlier_T = step_index.earlier(index, max_len)
+    earlier_BT = jnp.broadcast_to(earlier_T, (batch, max_len))
     # [B, W, T, 1] == [1, 1, 1, V], and an earlier t: the (position, slot) pairs of w's prefix
     mine_BWTV = ((slot_BWT[:, :, :, None] == slots_V[None, None, None, :])
-                 & earlier_T[None, None, :, None])
+                 & earlier_BT[:, None, :, None])
     if relative is not None:  # [T, K] -> [T*W, K]: column t*W + v is position t
         relative = tuple(jnp.repeat(a_TK, beam, axis=0) for a_TK in relative)
     heads_first = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731  [B, W, H, K] <-> [B, H, W, K]
@@ -223,10 +226,8 @@ class CpuAttention(MultiHeadAttention):
         # in place. (Read after the update, a buffer is copied every step: XLA fuses the
         # update into the product's batch-merging reshape as well as into the loop carry.)
         ctx_B1HK = self.row_attention(q, cache_k, cache_v, index, k, v)
-        cache_k = lax.dynamic_update_slice(
-            cache_k, k.transpose(0, 2, 3, 1).astype(cache_k.dtype), (0, 0, 0, index))
-        cache_v = lax.dynamic_update_slice(cache_v, v.transpose(0, 2, 1, 3).astype(cache_v.dtype),
-                                           (0, 0, index, 0))
+        cache_k = step_index.write_at(cache_k, k.transpose(0, 2, 3, 1), index, 3)
+        cache_v = step_index.write_at(cache_v, v.transpose(0, 2, 1, 3), index, 2)
         return self.project_output(ctx_B1HK), (cache_k, cache_v)
 
     def row_attention(self, q_B1HK: Array, kt_BHKT: Array, v_BHTK: Array, index: Array,
@@ -237,7 +238,9 @@ class CpuAttention(MultiHeadAttention):
         module has. Returns [B, 1, H, K]."""
         q_BH1K, k_BH1K, v_BH1K = (a.transpose(0, 2, 1, 3) for a in (q_B1HK, k_B1HK, v_B1HK))
         earlier_T, relative = self.step_positions(index, kt_BHKT.shape[3])
-        ctx_BH1K = step_attention(q_BH1K, kt_BHKT, v_BHTK, earlier_T[None, None, None, :],
+        # [T] or, per row, [B, T] -> a mask over [B, H, 1, T]
+        earlier_B11T = jnp.reshape(earlier_T, (-1, 1, 1, kt_BHKT.shape[3]))
+        ctx_BH1K = step_attention(q_BH1K, kt_BHKT, v_BHTK, earlier_B11T,
                                   *self.with_own_offset(k_BH1K, v_BH1K), relative)
         return ctx_BH1K.transpose(0, 2, 1, 3)
 
@@ -250,15 +253,18 @@ class CpuAttention(MultiHeadAttention):
     def step_positions(self, index: Array, length: int) -> tuple[Array, Relative | None]:
         """What positions give a decode step at ``index`` over buffers of ``length``
         positions: the earlier ones it reads (t < index, inside the window), bool
-        [length], and Shaw et al.'s (a^K, a^V) [length, K] of each against ``index``
-        (None without relative positions)."""
-        index_1, positions_T = jnp.reshape(index, (1,)), jnp.arange(length)
-        window_111T = masks.window_mask(index_1, positions_T, self.window)
-        earlier_T = positions_T < index
-        if window_111T is not None:
-            earlier_T = earlier_T & window_111T[0, 0, 0]
-        vectors = self.relative_vectors(index_1, positions_T)  # [1, T, K] each
-        return earlier_T, None if vectors is None else (vectors[0][0], vectors[1][0])
+        [length] (a per-row index: [rows, length]), and Shaw et al.'s (a^K, a^V)
+        [length, K] of each against ``index`` (None without relative positions; a
+        per-row index takes none)."""
+        positions_T = jnp.arange(length)
+        window_11LT = masks.window_mask(jnp.reshape(index, (-1,)), positions_T, self.window)
+        earlier_T = step_index.earlier(index, length)
+        if window_11LT is not None:
+            earlier_T = earlier_T & jnp.reshape(window_11LT, earlier_T.shape)
+        if not self.relative_k:
+            return earlier_T, None
+        vectors = self.relative_vectors(step_index.one_position(index), positions_T)
+        return earlier_T, (vectors[0][0], vectors[1][0])  # [1, T, K] each -> [T, K]
 
     def with_own_offset(self, k: Array, v: Array) -> tuple[Array, Array]:
         """A step's own key and value [..., K] as its query reads them: with Shaw et al.'s
@@ -279,6 +285,7 @@ class CpuAttention(MultiHeadAttention):
         kt_BHKX, v_BHXK, slot_BWT = state
         batch, beam, _ = slot_BWT.shape
         heads, head_dim = q.shape[2:]
+        index = step_index.per_source(index, batch)  # a source's W hypotheses step together
 
         def to_BWHK(x_N1HK):  # [B*W, 1, H, K] -> [B, W, H, K]
             return x_N1HK.reshape(batch, beam, heads, head_dim)
@@ -293,10 +300,8 @@ class CpuAttention(MultiHeadAttention):
                                        *self.with_own_offset(to_BWHK(k), to_BWHK(v)),
                                        **positions)
         start = index * beam
-        kt_BHKX = lax.dynamic_update_slice(
-            kt_BHKX, to_BWHK(k).transpose(0, 2, 3, 1).astype(kt_BHKX.dtype), (0, 0, 0, start))
-        v_BHXK = lax.dynamic_update_slice(
-            v_BHXK, to_BWHK(v).transpose(0, 2, 1, 3).astype(v_BHXK.dtype), (0, 0, start, 0))
+        kt_BHKX = step_index.write_at(kt_BHKX, to_BWHK(k).transpose(0, 2, 3, 1), start, 3)
+        v_BHXK = step_index.write_at(v_BHXK, to_BWHK(v).transpose(0, 2, 1, 3), start, 2)
         out_N1D = self.project_output(ctx_BWHK.reshape(batch * beam, 1, heads, head_dim))
         return out_N1D, decode_cache.SlotState(kt_BHKX, v_BHXK, slot_BWT)
 

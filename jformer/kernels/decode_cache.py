@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jformer import step_index
 from jformer.kernels.scope import cpu_kernel
 from jformer.model.cache import DecodeCache
 from jformer.types import Array, PyTree
@@ -99,11 +99,12 @@ def memory_layout(k_BHSK: Array, v_BHSK: Array) -> tuple[Array, Array]:
 
 @cpu_kernel
 def claim_slots(slot_BWT: Array, index: Array) -> Array:
-    """Position ``index`` of hypothesis w is written into slot w: column index := 0..W-1."""
+    """Position ``index`` of hypothesis w is written into slot w: column index := 0..W-1.
+    ``index``: a scalar, or per row [B*W] (a source's hypotheses share it)."""
     batch, beam, _ = slot_BWT.shape
     own_BW1 = jnp.broadcast_to(jnp.arange(beam, dtype=jnp.int32)[None, :, None],
                                (batch, beam, 1))
-    return jax.lax.dynamic_update_slice(slot_BWT, own_BW1, (0, 0, index))
+    return step_index.write_at(slot_BWT, own_BW1, step_index.per_source(index, batch), 2)
 
 
 @cpu_kernel

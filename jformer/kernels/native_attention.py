@@ -41,7 +41,8 @@ def _check_shapes(name: str, lead: str, want: dict, got: dict) -> None:
 @cpu_kernel
 def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: Array,
                         index: Array, k_BWHK: Array, v_BWHK: Array) -> Array:
-    """jformer.kernels.attention.beam_slot_attention's arguments and result, float32."""
+    """jformer.kernels.attention.beam_slot_attention's arguments and result, float32
+    (``index`` a scalar or one position per row)."""
     _float32("beam_slot_attention", q_BWHK, kt_BHKX, v_BHXK, k_BWHK, v_BWHK)
     batch, beam, heads, head_dim = q_BWHK.shape
     max_len = slot_BWT.shape[2]
@@ -51,6 +52,9 @@ def beam_slot_attention(q_BWHK: Array, kt_BHKX: Array, v_BHXK: Array, slot_BWT: 
     got = {"kt": kt_BHKX.shape, "v": v_BHXK.shape, "slot": slot_BWT.shape,
            "k own": k_BWHK.shape, "v own": v_BWHK.shape}
     _check_shapes("beam_slot_attention", f"q {q_BWHK.shape}", want, got)
+    if jnp.shape(index) not in ((), (batch,)):
+        raise ValueError(f"native_attention.beam_slot_attention: index must be a scalar or "
+                         f"one position per row, [{batch}]; got shape {jnp.shape(index)}")
     out = jax.ShapeDtypeStruct(q_BWHK.shape, jnp.float32)
     return jax.ffi.ffi_call(SLOT_TARGET, out)(q_BWHK, kt_BHKX, v_BHXK,
                                               slot_BWT.astype(jnp.int32),

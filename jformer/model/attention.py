@@ -23,8 +23,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
-from jax import lax
 
+from jformer import step_index
 from jformer.model import masks
 from jformer.model import relative as relpos
 from jformer.model.masks import NEG_INF
@@ -232,19 +232,20 @@ class MultiHeadAttention(nn.Module):
 
         Writes this position's key and value into ``state`` = (keys, values), each
         [N, max_len, H, K], at ``index`` and attends to positions 0..index (those inside
-        the window; relative positions: offsets j - index). Returns (out [N, 1, D], the
-        new state).
+        the window; relative positions: offsets j - index). ``index``: an int scalar, or
+        each row's own [N] (:mod:`jformer.model.step_index`; not with relative
+        positions). Returns (out [N, 1, D], the new state).
         """
         cache_k, cache_v = state
         q, k, v = self.project_qkv(x_N1D)
-        start = (0, index, 0, 0)
-        cache_k = lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), start)
-        cache_v = lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), start)
-        index_1, positions_M = jnp.reshape(index, (1,)), jnp.arange(cache_k.shape[1])
-        mask_111M = masks.combine_masks((positions_M <= index)[None, None, None, :],
-                                        masks.window_mask(index_1, positions_M, self.window))
-        out = self._attend(q, cache_k, cache_v, mask_111M, True,
-                           relative=self.relative_vectors(index_1, positions_M))
+        cache_k = step_index.write_at(cache_k, k, index, 1)
+        cache_v = step_index.write_at(cache_v, v, index, 1)
+        length = cache_k.shape[1]
+        relative = None if not self.relative_k else self.relative_vectors(
+            step_index.one_position(index), jnp.arange(length))
+        out = self._attend(q, cache_k, cache_v,
+                           masks.step_mask(index, length, self.window), True,
+                           relative=relative)
         return out, (cache_k, cache_v)
 
     def cross_attend_step(self, x_N1D: Array, k: Array, v: Array, mask_B11M: Array) -> Array:

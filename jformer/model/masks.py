@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from jformer import step_index
 from jformer.types import NEG_INF, Array, ArrayLike  # noqa: F401  (NEG_INF is applied with the masks)
 
 
@@ -95,3 +96,13 @@ def cross_mask(targets_BT: ArrayLike, inputs_BS: ArrayLike, pad_id: int,
     if targets_segmentation_BT is not None and inputs_segmentation_BS is not None:
         mask = mask & segment_mask(targets_segmentation_BT, inputs_segmentation_BS)
     return mask
+
+
+def step_mask(index: Array, length: int, window: int | None) -> Array:
+    """bool, the cache positions a step's query reads: ``t <= index`` inside the window,
+    [1, 1, 1, length] for a scalar index, [rows, 1, 1, length] for a per-row one."""
+    reads_LT = step_index.earlier(jnp.reshape(index, (-1,)), length, inclusive=True)
+    window_11LT = window_mask(jnp.reshape(index, (-1,)), jnp.arange(length), window)
+    if window_11LT is not None:
+        reads_LT = reads_LT & window_11LT[0, 0]
+    return reads_LT[:, None, None, :]

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import lax
 
+from jformer import step_index
 from jformer.config import ModelConfig
 from jformer.model import masks
 from jformer.model.cache import DecodeCache
@@ -313,7 +314,9 @@ class Transformer(nn.Module):
         """Tokens int [batch] at output position ``step`` -> (logits float32 [batch, vocab], cache).
 
         batch is the cache's rows (``DecodeCache.rows``; a search may tile a cache of one
-        row per source to its G hypotheses).
+        row per source to its G hypotheses). ``step``: an int scalar, every row at that
+        position, or int [batch], each row at its own (:mod:`jformer.step_index`; a
+        source's hypotheses at one; not with relative positions).
         """
         rows = cache.rows
         shape, dtype = getattr(tokens, "shape", None), getattr(tokens, "dtype", None)
@@ -322,6 +325,7 @@ class Transformer(nn.Module):
             raise ValueError(f"tokens must be an integer array [{rows}] (the cache's rows"
                              f"{of}); got {dtype} "
                              f"{shape if shape is not None else type(tokens).__name__}")
+        step_index.check(step, rows)
         return self.decoder.step(tokens, step, cache)
 
     def _check_encoded(self, encoded: Array, inputs: Array) -> None:

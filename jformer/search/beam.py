@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer import step_index
 from jformer.config import EOS_CANDIDATES
 from jformer.search.loop import (DecodeResult, Normalize, StepFn, call_step_fn, check_knob,
                                  check_search_args, length_penalty, log_softmax)
@@ -80,19 +81,28 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
                max_len: int, alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int,
                min_len: int, n_best: int = 1, candidates: Candidates = top_extensions,
                eos_candidates: str = "all", constrain: Constraint | None = None,
-               normalize: Normalize = log_softmax) -> _BeamCarry:
-    """One step of beam search for every row; done rows keep their values."""
+               normalize: Normalize = log_softmax,
+               limit_B: jax.Array | None = None) -> _BeamCarry:
+    """One step of beam search for every row; done rows keep their values.
+
+    ``step``: the output position, an int32 scalar (every row at it), or each row's own,
+    int32 [B] (rows that joined the decode at different steps:
+    :mod:`jformer.inference.continuous`).
+    ``limit_B``: each row's own output limit (<= max_len; None: max_len for all), where
+    EOS is forced and against which the stopping rule bounds the alive hypotheses."""
     batch, w = c.prev_BW.shape
+    limit = max_len if limit_B is None else limit_B
     logp_NV, new_state = call_step_fn(
-        step_fn, c.prev_BW.reshape(batch * w), step, c.state, eos_id=eos_id,
-        min_len=min_len, constrain=constrain,
+        step_fn, c.prev_BW.reshape(batch * w), per_hypothesis(step, w), c.state,
+        eos_id=eos_id, min_len=min_len, constrain=constrain,
         written_NT=c.alive_BWT.reshape(batch * w, -1), normalize=normalize)
     vocab = logp_NV.shape[-1]
     if vocab < 2:  # top 2W of W*V candidates
         raise ValueError(f"step_fn's vocab must be >= 2 for beam search; got {vocab}")
     if min_len < max_len:  # EOS is allowed at the last position: force it there
         # (rows whose step_fn gives EOS no probability at all stay alive, unfinished)
-        force_N1 = (step == max_len - 1) & (logp_NV[:, eos_id:eos_id + 1] > -jnp.inf)
+        last_N1 = jnp.reshape(per_hypothesis(step == limit - 1, w), (-1, 1))
+        force_N1 = last_N1 & (logp_NV[:, eos_id:eos_id + 1] > -jnp.inf)
         logp_NV = jnp.where(force_N1 & (jnp.arange(vocab) != eos_id), -jnp.inf, logp_NV)
     # [B*W, V] -> [B, W, V]: extend every alive hypothesis by every token.
     ext_BWV = logp_NV.reshape(batch, w, vocab) + c.alive_logp_BW[:, :, None]
@@ -106,14 +116,19 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
     parent_BW = jnp.take_along_axis(parent_BC, pick_BW, axis=1)
     token_BW = jnp.take_along_axis(token_BC, pick_BW, axis=1)
     alive_BWT = jnp.take_along_axis(c.alive_BWT, parent_BW[:, :, None], axis=1)
-    alive_BWT = lax.dynamic_update_slice(alive_BWT, token_BW[:, :, None], (0, 0, step))
+    alive_BWT = step_index.write_at(alive_BWT, token_BW[:, :, None], step, 2)
 
     fin_BWT, fin_score_BW = merge_finished(c, finish_BC, cand_logp_BC, parent_BC, step,
                                            alpha=alpha, eos_id=eos_id, pad_id=pad_id)
 
     state = reorder(new_state, parent_BW)  # the state follows the alive beams
     return advance(c, state, token_BW, alive_BWT, alive_logp_BW, fin_BWT, fin_score_BW,
-                   max_len=max_len, alpha=alpha, n_best=n_best)
+                   max_len=limit, alpha=alpha, n_best=n_best)
+
+
+def per_hypothesis(x: jax.Array, w: int) -> jax.Array:
+    """A per-row value [B] as each of its W hypotheses' [B*W]; a scalar stays one."""
+    return x if jnp.ndim(x) == 0 else jnp.repeat(x, w)
 
 
 def merge_finished(c: _BeamCarry, finish_BC: jax.Array, cand_logp_BC: jax.Array,
@@ -122,7 +137,8 @@ def merge_finished(c: _BeamCarry, finish_BC: jax.Array, cand_logp_BC: jax.Array,
     """The W best of the old finished set and the candidates flagged ``finish_BC``
     (EOS extensions of their parents, length step + 1, EOS counted): (tokens, scores)."""
     w = c.fin_score_BW.shape[1]
-    new_score_BC = jnp.where(finish_BC, cand_logp_BC / length_penalty(step + 1, alpha),
+    length = jnp.reshape(step + 1, (-1, 1))  # [1, 1], or each row's [B, 1]
+    new_score_BC = jnp.where(finish_BC, cand_logp_BC / length_penalty(length, alpha),
                              -jnp.inf)
     # [B, W] ++ [B, C] -> [B, W + C] -> best W
     fin_score_BW, pick_BW = lax.top_k(
@@ -135,7 +151,7 @@ def merge_finished(c: _BeamCarry, finish_BC: jax.Array, cand_logp_BC: jax.Array,
     fin_BWT = jnp.take_along_axis(pool_BCT, source_BW[:, :, None], axis=1)
     # Position `step` is pad_id in both sources (finished: after EOS; alive: unwritten).
     eos_col_BW1 = jnp.where(is_new_BW, eos_id, pad_id)[:, :, None].astype(jnp.int32)
-    return lax.dynamic_update_slice(fin_BWT, eos_col_BW1, (0, 0, step)), fin_score_BW
+    return step_index.write_at(fin_BWT, eos_col_BW1, step, 2), fin_score_BW
 
 
 def advance(c: _BeamCarry, state: PyTree, token_BW: jax.Array, alive_BWT: jax.Array,
@@ -144,7 +160,8 @@ def advance(c: _BeamCarry, state: PyTree, token_BW: jax.Array, alive_BWT: jax.Ar
             sorted_alive: bool = True) -> _BeamCarry:
     """The next carry: done rows keep their values; a row is done once its n_best-th
     finished hypothesis beats anything an alive one can still reach (``sorted_alive``:
-    the alive log-probs are sorted best first, so the best is the first)."""
+    the alive log-probs are sorted best first, so the best is the first). ``max_len``:
+    the output limit, one for all rows or each row's [B]."""
     batch = c.prev_BW.shape[0]
 
     def keep(old: jax.Array, new: jax.Array) -> jax.Array:
@@ -285,6 +302,10 @@ def check_beam_args(state: PyTree, *, batch_size: int, beam_size: int, max_len: 
 # then beam_result. Run in the same order they give beam_search's result exactly.
 
 
+# The carry of a beam search run one step at a time (its fields: _BeamCarry's comments).
+BeamCarry = _BeamCarry
+
+
 def beam_init(state: PyTree, *, batch_size: int, beam_size: int, max_len: int, bos_id: int,
               pad_id: int, tile: bool = True) -> _BeamCarry:
     """The beam carry before step 0: only beam 0 alive (so the W identical copies do
@@ -308,7 +329,8 @@ def beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder 
               **settings) -> _BeamCarry:
     """One step of beam search for every row (done rows keep their values); ``reorder``
     None: :func:`gather_rows`; ``settings``: beam_search's (max_len, alpha, eos_id,
-    pad_id, min_len, n_best, candidates, eos_candidates, constrain, normalize)."""
+    pad_id, min_len, n_best, candidates, eos_candidates, constrain, normalize), and
+    ``limit_B``, each row's output limit. ``step``: a scalar, or each row's own [B]."""
     return _beam_step(c, step, step_fn, reorder or gather_rows, **settings)
 
 

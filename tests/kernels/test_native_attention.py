@@ -39,6 +39,25 @@ def test_equals_the_plain_form_at_every_index(batch, beam, heads, head_dim, max_
                                    err_msg=f"index {index}")
 
 
+@pytest.mark.parametrize("form", ["plain", "native"])
+def test_a_per_row_index_equals_each_row_at_its_own_scalar_index(form):
+    """Continuous batching: row b at index[b] gets what row b gets in a step whose rows
+    all stand at index[b] (plain XLA form and C++ kernel alike)."""
+    batch, beam, heads, head_dim, max_len = 4, 3, 2, 8, 7
+    q, kt, v, slot, k_own, v_own = _inputs(11, batch, beam, heads, head_dim, max_len)
+    fn = jax.jit(attention.beam_slot_attention if form == "plain"
+                 else native_attention.beam_slot_attention)
+    index_B = jnp.asarray([0, 6, 3, 7], jnp.int32)
+    got = fn(q, kt, v, slot, index_B, k_own, v_own)
+    for b in range(batch):
+        want = fn(q, kt, v, slot, index_B[b], k_own, v_own)[b]
+        np.testing.assert_allclose(np.asarray(got[b]), np.asarray(want), rtol=2e-5,
+                                   atol=2e-6, err_msg=f"row {b} at {int(index_B[b])}")
+    if form == "native":
+        with pytest.raises(ValueError, match=r"one position per row, \[4\]"):
+            fn(q, kt, v, slot, index_B[:3], k_own, v_own)
+
+
 def test_reads_only_the_prefix_and_each_hypothesis_own_slots():
     batch, beam, heads, head_dim, max_len = 2, 3, 2, 8, 6
     q, kt, v, slot, k_own, v_own = _inputs(7, batch, beam, heads, head_dim, max_len)

@@ -104,6 +104,37 @@ def test_cached_decoding_equals_teacher_forcing(norm, positional):
         np.testing.assert_allclose(logits, expected[:, t], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("ops", ["plain", "cpu"])
+@pytest.mark.parametrize("window", [None, 2])
+def test_rows_at_their_own_positions_equal_teacher_forcing(ops, window):
+    """Continuous batching's step: row 1 joins two steps late (its first two steps fill
+    its cache with another sentence's keys, as a reused slot holds), then each row steps
+    at its own position; every logit equals teacher forcing."""
+    cfg = dataclasses.replace(CFG, ops=ops, attention_window=window)
+    model, v = init(cfg)
+    inputs, targets = make_batch(seed=3, T=6)
+    targets = targets.at[0].set(jnp.array([5, 6, 7, 8, 9, 10]))  # no padding
+    expected = model.apply(v, inputs, targets)
+    encoded = model.apply(v, inputs, method=Transformer.encode)
+    cache = model.apply(v, encoded, inputs, 8, method=Transformer.init_decode_state)
+    decoder_in = np.asarray(shift_right(targets, BOS))
+    step = jax.jit(lambda tok, i, c: model.apply(v, tok, i, c, method=Transformer.decode_step))
+    late = 2
+    for g in range(targets.shape[1] + late):
+        index = np.asarray([min(g, 7), max(g - late, 0)], np.int32)
+        tokens = np.asarray([decoder_in[0, min(g, 5)], decoder_in[1, index[1]]], np.int32)
+        if g < late:  # another sentence in row 1's slot
+            tokens[1] = 7 + g
+            index[1] = g
+        logits, cache = step(jnp.asarray(tokens), jnp.asarray(index), cache)
+        if g < targets.shape[1]:
+            np.testing.assert_allclose(logits[0], expected[0, g], atol=1e-5, rtol=1e-5)
+        if g >= late:
+            np.testing.assert_allclose(logits[1], expected[1, g - late], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"one position per row, \[2\]"):
+        step(jnp.asarray(tokens), jnp.zeros((3,), jnp.int32), cache)
+
+
 def count_params(cfg: ModelConfig) -> int:
     x = jax.ShapeDtypeStruct((1, 4), jnp.int32)
     shapes = jax.eval_shape(lambda a, b: transformer(cfg).init(jax.random.PRNGKey(0), a, b), x, x)

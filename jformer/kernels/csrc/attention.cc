@@ -3,6 +3,8 @@
 // * JformerBeamSlotAttention, jformer.kernels.attention.beam_slot_attention (its docstring
 //   has the layout and the math). Hypothesis w of row b reads position t < index from
 //   slot slot[b, w, t] (cache column t * W + slot) and position index from its own k, v.
+//   index is one position for every row, or row b's own, index[b] (continuous batching:
+//   rows at different steps).
 //   XLA's form scores every (position, slot) column of the whole buffer, T * W of them,
 //   and masks the ones outside w's prefix, as batched [W, K] x [K, T * W] products that
 //   its dot runs at a tenth of the matmul peak. Here each (row, head) scores only the
@@ -16,6 +18,7 @@
 //
 // (row, head) pairs are shared out over XLA's intra-op threads. tests/kernels/
 // test_native_attention.py checks both against their plain forms.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -201,27 +204,36 @@ ffi::Error BeamSlotAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q_B
   const auto qd = q_BWHK.dimensions(), kd = kt_BHKX.dimensions(), vd = v_BHXK.dimensions(),
              sd = slot_BWT.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || sd.size() != 3 ||
-      index.element_count() != 1)
+      (index.element_count() != 1 && index.element_count() != qd[0]))
     return ffi::Error::InvalidArgument(
         "beam_slot_attention: expected q [B, W, H, K], kt [B, H, K, X], v [B, H, X, K], "
-        "slot [B, W, T] and a scalar index");
+        "slot [B, W, T] and an index, scalar or one per row [B]");
   const Shapes s{qd[0], qd[1], qd[2], qd[3], sd[2], kd[3]};
   if (kd[0] != s.B || kd[1] != s.H || kd[2] != s.K || s.X != s.T * s.W || vd[0] != s.B ||
       vd[1] != s.H || vd[2] != s.X || vd[3] != s.K || sd[0] != s.B || sd[1] != s.W ||
       k_BWHK.element_count() != q_BWHK.element_count() ||
       v_BWHK.element_count() != q_BWHK.element_count())
     return ffi::Error::InvalidArgument("beam_slot_attention: the shapes disagree");
-  const int32_t at = index.typed_data()[0];
-  const int64_t idx = at < 0 ? 0 : (at > s.T ? s.T : at);  // positions t < idx are read
+  // Row b's query is at position index[b] (or index[0] for every row); it reads the
+  // positions t < that index, clamped to [0, T].
+  const int32_t* at = index.typed_data();
+  const int64_t per_row = index.element_count() == 1 ? 0 : 1;
+  auto clamp = [=](int64_t b) -> int64_t {
+    const int32_t i = at[b * per_row];
+    return i < 0 ? 0 : (i > s.T ? s.T : i);
+  };
+  int64_t most = 0;
+  for (int64_t b = 0; b < s.B; ++b) most = std::max(most, clamp(b));
   const float *q = q_BWHK.typed_data(), *kt = kt_BHKX.typed_data(), *v = v_BHXK.typed_data(),
               *k_own = k_BWHK.typed_data(), *v_own = v_BWHK.typed_data();
   const int32_t* slot = slot_BWT.typed_data();
   float* out = out_BWHK->typed_data();
   jformer::parallel_for(pool, s.B * s.H, [=](int64_t begin, int64_t end) {
-    std::vector<float> scratch(s.W * (s.K + idx * s.W) + idx + 1);
+    std::vector<float> scratch(s.W * (s.K + most * s.W) + most + 1);
     for (int64_t i = begin; i < end; ++i)
-      row_head(s, i / s.H, i % s.H, idx, q, kt, v, slot, k_own, v_own, out, scratch.data());
-  }, s.B * s.H * s.W * (idx + 1) * s.W * s.K);
+      row_head(s, i / s.H, i % s.H, clamp(i / s.H), q, kt, v, slot, k_own, v_own, out,
+               scratch.data());
+  }, s.B * s.H * s.W * (most + 1) * s.W * s.K);
   return ffi::Error::Success();
 }
 
