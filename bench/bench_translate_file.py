@@ -78,6 +78,8 @@ def parse(argv=None) -> argparse.Namespace:
                    "translate run, e.g. \"--dtype auto\"")
     p.add_argument("--batch-sizes", default="16,32,64", help="api: sentences per batch")
     p.add_argument("--dtypes", default="model,float32", help="api: decode.dtype values")
+    p.add_argument("--continuous", default="0", help="api: decode.continuous values "
+                   "(0 batches, 1 slots refilled as sentences finish), e.g. 0,1")
     p.add_argument("--shortlists", default="", help="api: also each of these shortlist "
                    "files (jformer shortlist) for every dtype and batch size")
     p.add_argument("--ct2-threads", default="1,2")
@@ -191,12 +193,15 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
 
     decode = files.load_config(args.workdir).decode
     rows = []
-    for dtype, listed in itertools.product(_list(args.dtypes), ("", *args.shortlists)):
+    for dtype, listed, slots in itertools.product(_list(args.dtypes), ("", *args.shortlists),
+                                                  map(int, _list(args.continuous))):
         translator = Translator.from_checkpoint(
             args.workdir, args.checkpoint,
-            decode_cfg=dataclasses.replace(decode, dtype=dtype, shortlist=listed),
+            decode_cfg=dataclasses.replace(decode, dtype=dtype, shortlist=listed,
+                                           continuous=bool(slots)),
             compile_cache="off")
         listing = f", shortlist {os.path.basename(listed)}" if listed else ""
+        listing += ", continuous" if slots else ""
         for batch in map(int, _list(args.batch_sizes)):
             kwargs = dict(beam_size=args.beam, batch_size=batch)
             start = time.perf_counter()
@@ -205,7 +210,8 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
             start = time.perf_counter()
             hyps = translator.translate(sources, **kwargs)
             seconds = time.perf_counter() - start
-            out = os.path.join(tmp, f"api-{dtype}-{batch}{'-listed' if listed else ''}.txt")
+            out = os.path.join(tmp, f"api-{dtype}-{batch}{'-listed' if listed else ''}"
+                                    f"{'-slots' if slots else ''}.txt")
             with open(out, "w", encoding="utf-8") as f:
                 f.write("".join(h + "\n" for h in hyps))
             got = scores(hyps, refs)

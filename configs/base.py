@@ -121,6 +121,7 @@ def get_config() -> ml_collections.ConfigDict:
     # --config.decode.memory_limit=2GB overrides it
     e.eos_candidates = "all"  # beam: all of the 2W best may finish | top_w (fairseq, CT2)
     e.shrink_floor = 8  # batches drop finished sentences in halving stages to this; 0: never
+    e.continuous = False  # beam search refills each device's slots as sentences finish
     e.dtype = "auto"  # auto (float32 on a CPU) | model | float32 | bfloat16 | int8
     # word alignments: the decoder layer whose cross-attention is read and its head
     # (None: the last layer; the mean over heads)

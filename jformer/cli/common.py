@@ -54,6 +54,10 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
                    help="greedy and beam batches drop finished sentences in halving stages "
                         "down to N sentences (0: never; default: the run's "
                         "decode.shrink_floor)")
+    p.add_argument("--continuous", action=argparse.BooleanOptionalAction, default=None,
+                   help="beam search: decode in slots each device refills as sentences "
+                        "finish (continuous batching) instead of batches (default: the "
+                        "run's decode.continuous)")
     p.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="most bytes a decode batch's KV cache may take per device, e.g. "
                         "2GB or 512MiB: batches shrink to fit (default: the run's "
@@ -149,7 +153,8 @@ def load_translator(args: argparse.Namespace):
 
 def decode_overrides(args: argparse.Namespace):
     """The run's decode config with --overlong / --eos-candidates / --memory-limit /
-    --dtype / --shrink-floor / --shortlist applied (None if none was given: the run's own)."""
+    --dtype / --shrink-floor / --continuous / --shortlist applied (None if none was given:
+    the run's own)."""
     import dataclasses
 
     from jformer.workdir import files
@@ -157,7 +162,8 @@ def decode_overrides(args: argparse.Namespace):
     changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates",
                                                       "memory_limit", "dtype",
                                                       "alignment_layer", "alignment_head",
-                                                      "shrink_floor", "shortlist")
+                                                      "shrink_floor", "continuous",
+                                                      "shortlist")
                if getattr(args, name, None) is not None}
     if not changes:
         return None

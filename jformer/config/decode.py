@@ -46,6 +46,10 @@ class DecodeConfig:
     # cost of one more compiled step per stage, paid on a first run only now that
     # programs are kept whole (jformer.inference.programs; bench/README.md measures it)
     shrink_floor: int = 8
+    # beam search decodes a call's sentences in slots that each device refills as its
+    # sentences finish (continuous batching: jformer.inference.continuous), instead of
+    # batches that run until their longest sentence ends; False: batches
+    continuous: bool = False
     # auto: float32 on a CPU, model.dtype on an accelerator | model: decode in model.dtype |
     # float32 | bfloat16: bf16 weight matrices, activations and KV cache | int8: the
     # encoder's and the decoder step's weight products int8 (weights per column, rows per
@@ -81,6 +85,8 @@ class DecodeConfig:
         check_choice(s, "eos_candidates", self.eos_candidates, EOS_CANDIDATES)
         check(is_int(self.shrink_floor) and self.shrink_floor >= 0, f"{s}.shrink_floor",
               "an int >= 0 (0: batches keep every row)", self.shrink_floor)
+        check(isinstance(self.continuous, bool), f"{s}.continuous", "a bool",
+              self.continuous)
         for name in ("alignment_layer", "alignment_head"):
             value = getattr(self, name)
             check(value is None or is_int(value), f"{s}.{name}", "an int or None", value)

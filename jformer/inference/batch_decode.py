@@ -162,17 +162,24 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
 
 def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
                     max_len: int, beam_size: int | None = None,
-                    prepared: PyTree | None = None) -> DecodeCache:
+                    prepared: PyTree | None = None,
+                    memory_len: int | None = None) -> DecodeCache:
     """Runs the encoder once and builds the cache (cross K/V projected once per source);
     ``beam_size``: self-attention buffers for that many hypotheses per source. With
     ``prepared`` (:func:`prepare`) the encoder runs with the set the cache layout gives
     for it (int8: its products int8); without, with the model's own set (float). The
-    cross K/V are projected in the compute dtype."""
+    cross K/V are projected in the compute dtype. ``memory_len`` (>= S): the memory
+    padded to that many positions after the encoder (invalid in the source mask), as
+    the slots of :mod:`.continuous` hold sources of every length bucket."""
     variables = {"params": params}
     encoder = model if prepared is None else Transformer(
         model.cfg, model.ops.cache.encoder_ops(model.ops, prepared))
     encoded_BSD = encoder.apply({**variables, **(prepared or {})}, inputs_BS,
                                 method=Transformer.encode)
+    if memory_len is not None and memory_len != inputs_BS.shape[1]:
+        extra = memory_len - inputs_BS.shape[1]
+        encoded_BSD = jnp.pad(encoded_BSD, ((0, 0), (0, extra), (0, 0)))
+        inputs_BS = jnp.pad(inputs_BS, ((0, 0), (0, extra)), constant_values=model.cfg.pad_id)
     return model.apply(variables, encoded_BSD, inputs_BS, max_len, beam_size,
                        method=Transformer.init_decode_state)
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jformer.inference import prefixes
+from jformer.inference import continuous_launches, prefixes
 from jformer.inference import shortlist as shortlists
 from jformer.inference.batch_decode import batch_inputs
 from jformer.inference.buckets import padded_rows, plan_batches
@@ -30,11 +30,17 @@ from jformer.inference.settings import SearchSettings
 class Pending:
     """A translation under way. ``result()`` waits for its batches and returns what
     ``translate`` would have returned; a second call returns the same list again.
-    ``Pending.done(value)`` is one that has finished already."""
+    ``ready()``: whether ``result()`` would return without decoding (``ready``: whether
+    its sources are decoded; None: only once read). ``Pending.done(value)`` is one that
+    has finished already."""
 
-    def __init__(self, finish: Callable[[], list]):
+    def __init__(self, finish: Callable[[], list], ready: Callable[[], bool] | None = None):
         self._finish: Callable[[], list] | None = finish
+        self._ready = ready
         self._value: list | None = None
+
+    def ready(self) -> bool:
+        return self._finish is None or (self._ready is not None and self._ready())
 
     @classmethod
     def done(cls, value: list) -> "Pending":
@@ -69,6 +75,10 @@ class Launches:
             self._running.append((self._next, self._start(self._next)))
             self._next += 1
 
+    def ready(self) -> bool:
+        """Whether every batch has been read (only :meth:`finish` reads them)."""
+        return not self._running and self._next >= self._count
+
     def finish(self) -> list[list[Hypothesis]]:
         """Reads every batch, oldest first, launching the next one as each is read;
         every source's hypotheses."""
@@ -85,8 +95,11 @@ def launch(translator, sources, settings: SearchSettings, batch_size: int,
     empty one: one empty hypothesis), decoded bucket by bucket in batches of at most
     ``batch_size`` sentences; ``prefix_ids``: each source's target prefix (None: none),
     forced or, with ``beta``, biased; ``phrases``: its lexical constraints (None: none).
-    The first batches are launched before this returns."""
+    The first batches are launched before this returns. Under ``decode.continuous`` a
+    plain beam search decodes in slots instead (:mod:`.continuous_launches`)."""
     t = translator
+    if continuous_launches.eligible(t, settings, prefix_ids, phrases):
+        return continuous_launches.ContinuousLaunches(t, sources, settings, batch_size)
     specs = {bucket: settings.spec(t.output_positions(bucket, settings.max_len),
                                    t.chunk_size, t.decode_cfg.eos_candidates,
                                    t.decode_cfg.shrink_floor)

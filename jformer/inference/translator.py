@@ -29,7 +29,7 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.inference.batch_decode import (CHUNK_SIZE, SearchSpec, encode_and_init,
                                             make_step_fn, prepare)
 from jformer.inference import alignment, forced, html_format, memory, placement, prefixes
-from jformer.inference import compile_cache as xla_cache, programs
+from jformer.inference import compile_cache as xla_cache, continuous_launches, programs
 from jformer.inference.constraints import encode_constraints, for_sources
 from jformer.inference.buckets import output_len, source_buckets
 from jformer.inference.keys import key_source
@@ -116,6 +116,8 @@ class Translator:
         # every list keeps EOS and UNK (read only with a shortlist)
         self.shortlist_always = () if self.shortlist is None else (model_cfg.eos_id,
                                                                  tokenizer.unk_id)
+        # decode.continuous: each beam search's slots, shared by the calls
+        self._slot_decoders: dict = {}
 
     @classmethod
     def from_checkpoint(cls, workdir: str | os.PathLike, checkpoint_dir: str | None = None,
@@ -146,6 +148,31 @@ class Translator:
         """Batches launched and not yet read, at most (:mod:`.placement`): what
         ``translate(..., wait=False)`` callers may keep under way."""
         return self.placement.in_flight
+
+    def slot_decoder(self, settings: SearchSettings, batch_size: int):
+        """The :class:`.continuous_launches.SlotDecoder` of a search (made on first use,
+        then shared by every call of these settings and batch size)."""
+        key = (settings, batch_size)
+        if key not in self._slot_decoders:
+            self._slot_decoders[key] = continuous_launches.SlotDecoder(self, settings,
+                                                                      batch_size)
+        return self._slot_decoders[key]
+
+    def continuous_for(self, settings: SearchSettings) -> bool:
+        """Whether a call of these settings, with no target prefix or constraint,
+        decodes in slots (:func:`.continuous_launches.eligible`)."""
+        return continuous_launches.eligible(self, settings, [], [])
+
+    def slots_busy(self) -> bool:
+        """Whether sources of some call wait or decode in slots (decode.continuous)."""
+        return any(d.busy for d in self._slot_decoders.values())
+
+    def step_slots(self) -> None:
+        """One round of every busy slot decoder (:meth:`.continuous_launches.SlotDecoder.
+        step`): finished sources are handed to their calls, waiting ones admitted."""
+        for decoder in list(self._slot_decoders.values()):
+            if decoder.busy:
+                decoder.step()
 
     # ------------------------------------------------------------------ encoding
     def encode_sources(self, sentences: Sequence[str]) -> list[np.ndarray | None]:
@@ -276,7 +303,7 @@ class Translator:
                                        return_scores or return_alignments)
             return (alignment.attach(self, sentences, results) if return_alignments
                     else results)
-        pending = Pending(finish)
+        pending = Pending(finish, batches.ready)
         return pending.result() if wait else pending
 
     def score(self, sources: Sequence[str], targets: Sequence[str],

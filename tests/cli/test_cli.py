@@ -427,3 +427,23 @@ def test_eos_candidates_flag_reaches_the_search(workdir):
     assert top_w.eos_candidates == "top_w" and DecodeConfig().eos_candidates == "all"
     with pytest.raises(SystemExit):
         p.parse_args(["--workdir", workdir, "--eos-candidates", "best"])
+
+
+def test_continuous_flag_translates_the_same_lines(workdir, reference, capsys, monkeypatch):
+    """--continuous (decode.continuous: slots refilled as sentences finish) and
+    --no-continuous override the run's setting; the lines are the batches' lines."""
+    import argparse
+
+    from jformer.cli.common import add_search_args, decode_overrides
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--workdir")
+    add_search_args(p)
+    assert decode_overrides(p.parse_args(["--workdir", workdir, "--continuous"])).continuous
+    assert not decode_overrides(p.parse_args(["--workdir", workdir,
+                                              "--no-continuous"])).continuous
+    text = "".join(line + "\n" for line in LINES)
+    status, out, err = run_cli(["translate", "--workdir", workdir, "--continuous",
+                                "--batch-size", 2, "--quiet"], capsys, text, monkeypatch)
+    assert status == 0, err
+    assert out.split("\n")[:-1] == reference.translate(LINES)
