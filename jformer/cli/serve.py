@@ -48,7 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="once listening, write the bound port to this file")
     p.add_argument("--devices", type=int, default=1,
                    help="decode each batch data-parallel over this many local devices "
-                        "(--max-batch must be a multiple)")
+                        "(--max-batch must be a multiple; with --continuous each device "
+                        "holds its own slots)")
+    p.add_argument("--continuous", action=argparse.BooleanOptionalAction, default=None,
+                   help="beam requests join running slots as other sentences finish "
+                        "(continuous batching) instead of waiting for a batch (default: "
+                        "the run's decode.continuous)")
     defaults = ServeLimits()
     limits = p.add_argument_group("limits and batching")
     for name, (kind, text) in LIMIT_FLAGS.items():
@@ -99,7 +104,8 @@ def run(args: argparse.Namespace) -> None:
         raise ValueError(f"--port must be in [0, 65535]; got {args.port}")
     languages = None if args.languages is None else LanguagePair.parse(args.languages)
     api_keys = None if args.api_keys is None else ApiKeys.read(args.api_keys)
-    source = ModelSource(args.workdir, args.checkpoint, args.step, args.devices, languages)
+    source = ModelSource(args.workdir, args.checkpoint, args.step, args.devices, languages,
+                         args.continuous)
     source.check()  # a wrong path fails here, before the port is bound
     if args.devices > 1:  # before jax starts its CPU backend (cli.common.load_translator)
         try:

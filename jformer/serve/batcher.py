@@ -15,6 +15,10 @@ thread decodes, newcomers queue up, so under load batches grow by themselves and
 server answers a lone request after at most ``max_wait_s``, as Triton's dynamic batcher
 does with max_queue_delay.
 
+Under ``decode.continuous`` a beam group is due at once: it joins the Translator's slots,
+which sentences enter as others finish (:mod:`jformer.inference.continuous_launches`),
+and the thread steps them between taking groups.
+
 One thread decodes, because two jitted decodes at once only fight for the same cores;
 the event loop that answers health checks, metrics and 503s never waits for it. The
 thread launches a batch and, if another is due, launches that one too before it reads
@@ -239,18 +243,27 @@ class Batcher:
     def _run(self) -> None:
         """Launches each due batch as soon as it is taken, and reads a launched batch
         when the translator's ``in_flight`` are unread or nothing else is due: so the
-        device decodes batch k + 1 while this thread turns batch k into answers. A call
-        runs after every launched batch is read (it may change the model)."""
-        unread: collections.deque[_Launched] = collections.deque()
+        device decodes batch k + 1 while this thread turns batch k into answers. A beam
+        group may join the translator's slots instead (module docstring): between tasks
+        the thread steps them once and reads every group they finished. A call runs
+        after every launched batch is read (it may change the model)."""
+        unread: list[_Launched] = []
         while True:
-            task = self._next_task(wait=not unread)
+            stepping = self.translator is not None and self.translator.slots_busy()
+            task = self._next_task(wait=not unread and not stepping)
             if task is None:
-                if not unread:
+                if stepping:
+                    self.translator.step_slots()
+                    for batch in [b for b in unread if b.ready()]:
+                        unread.remove(batch)
+                        self._read(batch)
+                elif not unread:
                     return
-                self._read(unread.popleft())
+                else:
+                    self._read(unread.pop(0))
             elif task[0] == "call":
                 while unread:
-                    self._read(unread.popleft())
+                    self._read(unread.pop(0))
                 fn, future = task[1]
                 if future.set_running_or_notify_cancel():
                     try:
@@ -259,8 +272,10 @@ class Batcher:
                         future.set_exception(e)
             else:
                 unread.append(self._launch(*task[1]))
-                if len(unread) >= self.translator.in_flight:
-                    self._read(unread.popleft())
+                batches = [b for b in unread if not b.in_slots]
+                if len(batches) >= self.translator.in_flight:
+                    unread.remove(batches[0])
+                    self._read(batches[0])
 
     def _next_task(self, wait: bool) -> tuple[str, Any] | None:
         """A call or a due group; if there is none, None when not ``wait``, else blocks
@@ -293,8 +308,10 @@ class Batcher:
         return best, wait
 
     def _full(self, key: GroupKey, units: collections.deque) -> bool:
-        return (len(units) >= self.max_batch
-                or len(units) * key[1] >= self.max_batch_tokens)
+        """Whether the group goes now: a full batch, or (decode.continuous) any beam
+        group, which joins the running slots at once."""
+        return (len(units) >= self.max_batch or len(units) * key[1] >= self.max_batch_tokens
+                or self.translator is not None and self.translator.continuous_for(key[0]))
 
     def _take(self, key: GroupKey) -> list[_Unit]:
         """Pops the group's next batch (at most max_batch sentences and, beyond one
@@ -327,15 +344,17 @@ class Batcher:
                 rng = np.stack([u.job.key_data(u.index) for u in units])  # uint32 [n, 2]
             prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in units]
             phrases = [u.job.constraints and u.job.constraints[u.index] for u in units]
+            in_slots = (self.translator.continuous_for(settings) and not any(prefixes)
+                        and not any(phrases))
             pending = self.translator.translate(
                 [u.job.sentences[u.index] for u in units], return_scores=True,
                 batch_size=self.max_batch, rng=rng,
                 target_prefix=prefixes if any(prefixes) else None,
                 constraints=phrases if any(phrases) else None, wait=False,
                 **settings.translate_kwargs())
-            return _Launched(units, pending, None, start)
+            return _Launched(units, pending, None, start, in_slots)
         except Exception as e:
-            return _Launched(units, None, e, start)
+            return _Launched(units, None, e, start, False)
 
     def _read(self, batch: "_Launched") -> None:
         """Waits for a launched batch; every job in it gets its results or the error,
@@ -374,3 +393,8 @@ class _Launched(NamedTuple):
     pending: Any  # the translation's Pending (None if it failed to start)
     error: Exception | None
     start: float  # when it was launched
+    in_slots: bool  # it decodes in the translator's slots (decode.continuous)
+
+    def ready(self) -> bool:
+        """Whether reading it would not wait for any decoding."""
+        return self.pending is None or self.pending.ready()

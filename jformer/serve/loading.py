@@ -25,13 +25,14 @@ logger = logging.getLogger("jformer.serve")
 class ModelSource:
     """Where the served model comes from (``jformer serve --workdir ...``); its
     ``languages`` are config.json's data.src_lang and tgt_lang unless given
-    (``--languages``)."""
+    (``--languages``); ``continuous``: decode.continuous (None: the run's)."""
 
     workdir: str
     checkpoint_dir: str | None = None
     step: int | None = None
     devices: int = 1
     languages: LanguagePair | None = None
+    continuous: bool | None = None
 
     def check(self) -> None:
         """Fails fast, before the server binds its port, on a missing workdir, config,
@@ -50,12 +51,16 @@ class ModelSource:
         source, target = config.data.src_lang, config.data.tgt_lang
         if self.languages is not None:
             source, target = self.languages.source, self.languages.target
+        decode = config.decode if self.continuous is None else dataclasses.replace(
+            config.decode, continuous=self.continuous)
         translator = Translator.from_checkpoint(self.workdir, self.checkpoint_dir,
                                                 self.step, devices=self.devices,
+                                                decode_cfg=decode,
                                                 # a request's group is one batch: split
-                                                # over the devices, it finishes sooner
-                                                parallel="split",
-                                                source_lang=source)
+                                                # over the devices, it finishes sooner;
+                                                # slots: each device its own
+                                                parallel="batches" if decode.continuous
+                                                else "split", source_lang=source)
         directory = self.checkpoint_dir or files.checkpoint_dir(self.workdir)
         info = describe(translator, source_lang=source, target_lang=target,
                         step=self.step if self.step is not None else latest_step(directory),

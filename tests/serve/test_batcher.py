@@ -29,19 +29,31 @@ def settings(method, beam_size=2, alpha=0.6, n_best=1, temperature=1.0):
                                      max_len=None, temperature=temperature, top_k=0)
 
 
+class NoSlots:
+    """A fake translator's continuous-batching side: none (every search in batches)."""
+
+    def continuous_for(self, settings):
+        return False
+
+    def slots_busy(self):
+        return False
+
+
 class Recording:
     """Passes translate() through and records each call's sentences and settings."""
 
     def __init__(self, inner):
         self.inner, self.calls = inner, []
         self.in_flight = inner.in_flight
+        self.continuous_for, self.slots_busy = inner.continuous_for, inner.slots_busy
+        self.step_slots = inner.step_slots
 
     def translate(self, sentences, **kwargs):
         self.calls.append((list(sentences), {k: v for k, v in kwargs.items() if k != "rng"}))
         return self.inner.translate(sentences, **kwargs)
 
 
-class Upper:
+class Upper(NoSlots):
     """A fake translator: upper-cases; waits on ``gate``; raises on a sentence "BAD"."""
     in_flight = 2
 
@@ -128,6 +140,58 @@ def test_concurrent_requests_share_one_batch_and_each_gets_its_own_results(trans
         assert texts(result) == [h.text for h in want]
         np.testing.assert_allclose([r[0].score for r in result], [h.score for h in want],
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_beam_requests_join_running_slots_under_decode_continuous(translator):
+    """decode.continuous: a beam request joins the translator's slots at once (an hour of
+    max wait holds nothing back), requests submitted while others decode join the same
+    slots, and each gets its own translation."""
+    import dataclasses
+
+    from jformer.inference import continuous_launches
+    from jformer.inference.translator import Translator
+
+    slots = Translator(translator.model_cfg, translator.params, translator.tokenizer,
+                       dataclasses.replace(translator.decode_cfg, continuous=True))
+    beam = settings("beam")
+    batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=3600.0, max_queue=64)
+    batcher.translator = slots
+    held = []  # at each step: the translate calls whose sources are in the slots
+    real_step = continuous_launches.SlotDecoder.step
+
+    def step(self):
+        held.append({id(o.fail.__self__) for occ in self._occupants for o in occ if o})
+        return real_step(self)
+
+    first, late = [[s] for s in SENTENCES[:4]], [[s] for s in SENTENCES[4:7]]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        jobs = [job_for(slots, r, beam, loop) for r in first]
+        for job in jobs:
+            batcher.submit(job)
+        batcher.start()
+        while not held:  # the first ones decode: now the late ones come
+            await asyncio.sleep(0.001)
+        late_jobs = [job_for(slots, r, beam, loop) for r in late]
+        for job in late_jobs:
+            batcher.submit(job)
+        return await asyncio.wait_for(asyncio.gather(*(j.future for j in jobs + late_jobs)),
+                                      120)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(continuous_launches.SlotDecoder, "step", step)
+    try:
+        results = asyncio.run(main())
+    finally:
+        batcher.stop(10)
+        mp.undo()
+    # calls (a first group, the late requests' groups) decoded side by side in the slots
+    assert max(len(calls) for calls in held) > 1
+    for request, result in zip(first + late, results):
+        (want,) = translator.translate(request, beam_size=2, alpha=0.6, return_scores=True)
+        assert result[0][0].text == want.text
+        assert result[0][0].score == pytest.approx(want.score, rel=1e-5, abs=1e-5)
 
 
 def test_different_settings_never_share_a_batch(translator):

@@ -57,3 +57,24 @@ def test_a_line_over_max_len_is_split_and_translated_as_the_translator_does(spli
         assert response.status_code == 200, response.text
         assert response.json()["translations"] == expected + direct.translate(
             ["I see a big dog."])
+
+
+def test_served_in_slots_a_split_line_and_others_translate_the_same(split_workdir):
+    """jformer serve --continuous (ModelSource.continuous): the model's beam requests go
+    through the Translator's slots (each device its own: a side-by-side placement), split
+    pieces too, and answer what the batches answer."""
+    direct = Translator.from_checkpoint(split_workdir)
+    lines = [LONG_LINE, "I see a big dog.", "Five red apples cost ten euros."]
+    expected = direct.translate(lines)
+    translator, _ = ModelSource(split_workdir, continuous=True).load()
+    assert translator.decode_cfg.continuous and translator.placement.rows_multiple == 1
+    limits = ServeLimits(max_body_bytes=4096, max_sentences=8, max_chars=1000, max_beam=4,
+                         max_wait_ms=2, max_queue=16, timeout_s=120, warmup_buckets=0)
+    with TestClient(create_app(ModelSource(split_workdir, continuous=True).load,
+                               limits)) as client:
+        wait_ready(client)
+        response = client.post("/v1/translate", json={"q": lines})
+        assert response.status_code == 200, response.text
+        assert response.json()["translations"] == expected
+        held = [d for d in client.app.state.jformer.translator._slot_decoders.values()]
+        assert held  # the request decoded in slots
