@@ -43,10 +43,10 @@ STATIC = ("model_cfg", "ops", "spec")
 
 
 class Slots(NamedTuple):
-    """A device's R slots: the beam search's carry (``carry.state`` the decode cache's
-    per-hypothesis part, R*W rows), the rest of the cache (``memory``: each slot's cross
-    K/V and source mask, [B, ...], B = R slots) and each slot's output limit ``limit_B``
-    int32 [B]."""
+    """A device's slots (B of them): the beam search's carry (``carry.state`` the decode
+    cache's per-hypothesis part, in its layout's form), the rest of the cache
+    (``memory``: each slot's cross K/V and source mask, [B, ...]) and each slot's output
+    limit ``limit_B`` int32 [B]."""
 
     carry: BeamCarry
     memory: DecodeCache
@@ -54,9 +54,9 @@ class Slots(NamedTuple):
 
 
 class View(NamedTuple):
-    """What the host reads after an advance: ``done_B`` bool [B] (B = R slots) and each slot's results
-    so far (:func:`search.beam.beam_result`: tokens [B, W, T], scores, lengths, finished
-    [B, W])."""
+    """What the host reads after an advance: ``done_B`` bool [B] (B slots) and each slot's
+    results so far (:func:`search.beam.beam_result`: tokens [B, W, T], scores, lengths,
+    finished [B, W])."""
 
     done_B: Array
     result: search.DecodeResult
@@ -112,10 +112,10 @@ def engine_empty(params: PyTree, prepared: PyTree, *, model_cfg: ModelConfig, op
 def engine_admit(params: PyTree, prepared: PyTree, state: Slots, slots_b: Array,
                  inputs_bS: Array, limit_b: Array, *, model_cfg: ModelConfig, ops: Ops,
                  spec: SearchSpec) -> Slots:
-    """``state`` with sources ``inputs_bS`` (int32 [b, S], b admitted, S at most the slots' source
-    length: the newcomers are encoded at their own bucket; EOS-terminated, pad-padded) in
-    slots ``slots_b`` (int32 [b]; >= R: padding, dropped), each with its output limit
-    ``limit_b`` (int32 [b], <= spec.max_len)."""
+    """``state`` with sources ``inputs_bS`` (int32 [b, S], b admitted, S at most the slots'
+    source length: the newcomers are encoded together, at the widest one's bucket;
+    EOS-terminated, pad-padded) in slots ``slots_b`` (int32 [b]; >= B: padding, dropped),
+    each with its output limit ``limit_b`` (int32 [b], <= spec.max_len)."""
     memory, carry = _fresh(Transformer(model_cfg, ops), params, prepared, inputs_bS, spec, ops,
                            state.memory.source_valid.shape[1])
 
@@ -146,11 +146,17 @@ def engine_advance(params: PyTree, prepared: PyTree, state: Slots,
     ranks = ops.for_search(prepared, rows_B * w)
 
     def body(c: BeamCarry, _) -> tuple[BeamCarry, None]:
-        return beam_step(c, c.steps_B, step_fn, ops.cache.reorder, max_len=spec.max_len,
-                         alpha=alpha, eos_id=cfg.eos_id, pad_id=cfg.pad_id, min_len=0,
-                         n_best=spec.n_best, candidates=ranks.beam_candidates,
-                         eos_candidates=spec.eos_candidates, normalize=ranks.log_softmax,
-                         limit_B=state.limit_B), None
+        # a done slot steps at its last position (its outputs are kept; its rows stay
+        # inside the cache and the position table)
+        step_B = jnp.minimum(c.steps_B, state.limit_B - 1)
+        c = beam_step(c, step_B, step_fn, ops.cache.reorder, max_len=spec.max_len,
+                      alpha=alpha, eos_id=cfg.eos_id, pad_id=cfg.pad_id, min_len=0,
+                      n_best=spec.n_best, candidates=ranks.beam_candidates,
+                      eos_candidates=spec.eos_candidates, normalize=ranks.log_softmax,
+                      limit_B=state.limit_B)
+        # a slot that has stepped to its limit is done, as a batch's loop ends at max_len
+        # (whether or not the stopping rule holds: fewer than n_best finished, NaNs)
+        return c._replace(done_B=c.done_B | (c.steps_B >= state.limit_B)), None
 
     carry = lax.scan(body, state.carry, None, length=spec.chunk_size)[0]
     result = beam_result(carry, jnp.int32(0), alpha=alpha, eos_id=cfg.eos_id,

@@ -76,6 +76,7 @@ class SlotDecoder:
         self._reset(len(t.placement.devices))
 
     def _reset(self, devices: int) -> None:
+        self._handing: list[Item] = []  # finished, taken from their slots, not delivered
         self._states: list = [None] * devices
         # per device: (advance number, its View) of the advances launched and not read
         self._views: list[collections.deque] = [collections.deque() for _ in range(devices)]
@@ -113,12 +114,16 @@ class SlotDecoder:
         """Fills the device's free slots from the queue (its state then holds them)."""
         occupant = self._occupants[device]
         free = [r for r in range(self.slots) if occupant[r] is None]
-        take = [self.waiting.popleft() for _ in range(min(len(free), len(self.waiting)))]
-        if not take:
+        count = min(len(free), len(self.waiting))
+        if not count:
             return
-        if self._states[device] is None:
+        if self._states[device] is None:  # before any source leaves the queue
             self._states[device] = self._run(device, engine_empty, slots=self.slots,
                                              src_len=self.src_len)
+        take = [self.waiting.popleft() for _ in range(count)]
+        for item, slot in zip(take, free):  # held from now on (a failure fails them)
+            occupant[slot] = item
+            self._since[device][slot] = self._launched[device]
         rows = 1
         while rows < len(take):
             rows *= 2
@@ -132,8 +137,6 @@ class SlotDecoder:
             inputs_bS[a, :] = cfg.pad_id
             inputs_bS[a, :len(item.ids)] = item.ids
             slots_b[a], limit_b[a] = slot, item.limit
-            occupant[slot] = item
-            self._since[device][slot] = self._launched[device]
         self._states[device] = self._run(device, engine_admit, self._states[device], slots_b,
                                          inputs_bS, limit_b)
 
@@ -160,7 +163,8 @@ class SlotDecoder:
                 self._step_device(device)
         except Exception as e:
             items = [o for occ in self._occupants for o in occ if o is not None]
-            items += list(self.waiting)
+            items += self._handing + list(self.waiting)
+            self._handing = []
             self.waiting.clear()
             self._reset(len(self._states))
             for item in items:
@@ -177,18 +181,19 @@ class SlotDecoder:
         # a slot's flag speaks of its source only if the source was in that advance
         finished = [r for r in range(self.slots)
                     if occupant[r] is not None and since[r] <= number and done_B[r]]
-        items = [occupant[r] for r in finished]
+        self._handing = [occupant[r] for r in finished]  # a failure fails them too
         for r in finished:
             occupant[r] = None
-        try:
-            self._admit(device)
-            self._advance(device)
-        finally:  # while the device decodes on (or if it failed to go on): the view's
-            if items:  # results are arrays of their own, not the state it was given
-                hyps = read_batch(rows_on_host(view.result, finished), len(items),
-                                  self.settings.n_best, 0.0, self.t.tokenizer)
-                for item, h in zip(items, hyps):
-                    item.deliver(h)
+        self._admit(device)
+        self._advance(device)
+        # while the device decodes on: the view's results are arrays of their own, not
+        # the state the advance was given
+        if self._handing:
+            hyps = read_batch(rows_on_host(view.result, finished), len(self._handing),
+                              self.settings.n_best, 0.0, self.t.tokenizer)
+            for item, h in zip(self._handing, hyps):
+                item.deliver(h)
+            self._handing = []
 
 
 def rows_on_host(result: search.DecodeResult, rows: list[int]) -> search.DecodeResult:
@@ -229,6 +234,9 @@ class ContinuousLaunches:
 
     def finish(self) -> list[list[Hypothesis]]:
         while self._left:
+            if not self.decoder.busy:  # every source is delivered or failed, or lost
+                raise RuntimeError(f"the slot decoder holds none of this call's "
+                                   f"{self._left} sources left")
             self.decoder.step()
         if self._error is not None:
             raise self._error

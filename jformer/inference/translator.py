@@ -151,9 +151,13 @@ class Translator:
 
     def slot_decoder(self, settings: SearchSettings, batch_size: int):
         """The :class:`.continuous_launches.SlotDecoder` of a search (made on first use,
-        then shared by every call of these settings and batch size)."""
+        then shared by every call of these settings and batch size; idle ones, which hold
+        no device memory, are dropped then). Each busy one holds its own slots, each
+        within decode.memory_limit."""
         key = (settings, batch_size)
         if key not in self._slot_decoders:
+            for idle in [k for k, d in self._slot_decoders.items() if not d.busy]:
+                del self._slot_decoders[idle]
             self._slot_decoders[key] = continuous_launches.SlotDecoder(self, settings,
                                                                       batch_size)
         return self._slot_decoders[key]

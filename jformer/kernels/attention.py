@@ -257,10 +257,10 @@ class CpuAttention(MultiHeadAttention):
         [length, K] of each against ``index`` (None without relative positions; a
         per-row index takes none)."""
         positions_T = jnp.arange(length)
-        window_11LT = masks.window_mask(jnp.reshape(index, (-1,)), positions_T, self.window)
+        window_11NT = masks.window_mask(jnp.reshape(index, (-1,)), positions_T, self.window)
         earlier_T = step_index.earlier(index, length)
-        if window_11LT is not None:
-            earlier_T = earlier_T & jnp.reshape(window_11LT, earlier_T.shape)
+        if window_11NT is not None:
+            earlier_T = earlier_T & jnp.reshape(window_11NT, earlier_T.shape)
         if not self.relative_k:
             return earlier_T, None
         vectors = self.relative_vectors(step_index.one_position(index), positions_T)

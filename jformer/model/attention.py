@@ -233,7 +233,7 @@ class MultiHeadAttention(nn.Module):
         Writes this position's key and value into ``state`` = (keys, values), each
         [N, max_len, H, K], at ``index`` and attends to positions 0..index (those inside
         the window; relative positions: offsets j - index). ``index``: an int scalar, or
-        each row's own [N] (:mod:`jformer.model.step_index`; not with relative
+        each row's own [N] (:mod:`jformer.step_index`; not with relative
         positions). Returns (out [N, 1, D], the new state).
         """
         cache_k, cache_v = state

@@ -101,8 +101,8 @@ def cross_mask(targets_BT: ArrayLike, inputs_BS: ArrayLike, pad_id: int,
 def step_mask(index: Array, length: int, window: int | None) -> Array:
     """bool, the cache positions a step's query reads: ``t <= index`` inside the window,
     [1, 1, 1, length] for a scalar index, [rows, 1, 1, length] for a per-row one."""
-    reads_LT = step_index.earlier(jnp.reshape(index, (-1,)), length, inclusive=True)
-    window_11LT = window_mask(jnp.reshape(index, (-1,)), jnp.arange(length), window)
-    if window_11LT is not None:
-        reads_LT = reads_LT & window_11LT[0, 0]
-    return reads_LT[:, None, None, :]
+    reads_NT = step_index.earlier(jnp.reshape(index, (-1,)), length, inclusive=True)
+    window_11NT = window_mask(jnp.reshape(index, (-1,)), jnp.arange(length), window)
+    if window_11NT is not None:
+        reads_NT = reads_NT & window_11NT[0, 0]
+    return reads_NT[:, None, None, :]

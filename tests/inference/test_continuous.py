@@ -98,3 +98,38 @@ def test_engine_rejects_what_it_cannot_decode(setup):
 def test_the_setting_is_a_bool():
     with pytest.raises(ConfigError, match="continuous"):
         DecodeConfig(continuous=1)
+
+
+def test_a_slot_ends_at_its_limit_whatever_the_stopping_rule(setup, translator):
+    """max_len 1 with n_best 2: only one hypothesis can finish, so the stopping rule never
+    holds; the slot still ends at its limit, as a batch ends at max_len."""
+    slots = Translator(*setup, dataclasses.replace(DECODE, continuous=True), chunk_size=CHUNK)
+    kwargs = dict(beam_size=3, n_best=2, max_len=1, return_scores=True)
+    got, want = slots.translate(SENTENCES[:5], **kwargs), translator.translate(
+        SENTENCES[:5], **kwargs)
+    assert [[h.ids.tolist() for h in g] for g in got] == [[h.ids.tolist() for h in w]
+                                                          for w in want]
+    assert [[h.finished for h in g] for g in got] == [[h.finished for h in w] for w in want]
+
+
+def test_a_failing_step_fails_every_call_it_holds_and_the_next_call_decodes(
+        setup, translator, monkeypatch):
+    slots = Translator(*setup, dataclasses.replace(DECODE, continuous=True), chunk_size=CHUNK)
+    real_run, runs = continuous_launches.SlotDecoder._run, []
+
+    def failing(self, device, jitted, *args, **extra):  # the second advance fails
+        runs.append(jitted)
+        if jitted is continuous.engine_advance and runs.count(jitted) == 2:
+            raise RuntimeError("the device ran out of memory")
+        return real_run(self, device, jitted, *args, **extra)
+
+    monkeypatch.setattr(continuous_launches.SlotDecoder, "_run", failing)
+    # 4 slots: after one advance most of the first call's sentences, and all of the
+    # second's, are still held or waiting
+    first = slots.translate(SENTENCES[:6], wait=False)
+    second = slots.translate(SENTENCES[6:9], wait=False)
+    for pending in (first, second):
+        with pytest.raises(RuntimeError, match="ran out of memory"):
+            pending.result()
+    assert not slots.slots_busy()
+    assert slots.translate(SENTENCES[:3]) == translator.translate(SENTENCES[:3])

@@ -5,6 +5,7 @@ scheduling tests use a fake translator that upper-cases (no compiles).
 """
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -192,6 +193,46 @@ def test_beam_requests_join_running_slots_under_decode_continuous(translator):
         (want,) = translator.translate(request, beam_size=2, alpha=0.6, return_scores=True)
         assert result[0][0].text == want.text
         assert result[0][0].score == pytest.approx(want.score, rel=1e-5, abs=1e-5)
+
+
+class BusySlots(Upper):
+    """Slots that stay busy (a steady beam load), and batches that decode until read."""
+
+    def __init__(self):
+        super().__init__()
+        self.busy, self.steps = True, 0
+
+    def slots_busy(self):
+        return self.busy
+
+    def step_slots(self):
+        self.steps += 1
+        time.sleep(0.001)
+
+    def translate(self, sentences, wait=True, **kwargs):
+        out = self.upper(sentences)
+        return out if wait else Pending(lambda: out)
+
+
+def test_a_batch_is_read_while_the_slots_stay_busy():
+    """A greedy request decodes in a batch beside busy slots: it is read between slot
+    rounds, not only once the slots go idle (which a steady load never lets happen)."""
+    busy = BusySlots()
+    batcher = Batcher(max_batch=4, max_batch_tokens=8192, max_wait_s=0.0, max_queue=64)
+    batcher.translator = busy
+
+    async def main():
+        job = fake_job(["a"], asyncio.get_running_loop())
+        batcher.submit(job)
+        batcher.start()
+        return await asyncio.wait_for(job.future, 30)
+
+    try:
+        assert texts(asyncio.run(main())) == ["A"]
+        assert busy.steps >= 1  # the slots were stepped meanwhile
+    finally:
+        busy.busy = False
+        batcher.stop(10)
 
 
 def test_different_settings_never_share_a_batch(translator):
