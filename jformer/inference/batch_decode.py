@@ -129,8 +129,7 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
     banned_V = banned_outputs(cfg)
     forced_eos_V = jnp.where(vocab_V == cfg.eos_id, 0.0, NEG_INF).astype(jnp.float32)
     batch = cache.source_valid.shape[0]
-    # The cache without its per-hypothesis part: what each source's rows read.
-    shell = cache.with_search_state(jax.tree.map(lambda _: None, cache.search_state()))
+    shell, state = split_cache(cache)  # what each source's rows read; the hypotheses' part
 
     def step_of(sources: tuple[DecodeCache, Array | None]) -> search.StepFn:
         memory, valid_b = sources
@@ -157,7 +156,13 @@ def make_step_fn(model: Transformer, params: PyTree, cache: DecodeCache,
 
         return step_fn
 
-    return search.SourceStep(step_of, (shell, valid_B)), cache.search_state()
+    return search.SourceStep(step_of, (shell, valid_B)), state
+
+
+def split_cache(cache: DecodeCache) -> tuple[DecodeCache, PyTree]:
+    """(the cache without its per-hypothesis part, that part: ``search_state()``)."""
+    state = cache.search_state()
+    return cache.with_search_state(jax.tree.map(lambda _: None, state)), state
 
 
 def encode_and_init(model: Transformer, params: PyTree, inputs_BS: Array,
@@ -322,10 +327,18 @@ def batch_inputs(cfg: ModelConfig, rows: list[np.ndarray], bucket: int, batch_si
     empty sources), which rows are real, the keys, then the knobs as traced float32
     scalars (another alpha or temperature reuses the compiled search), the target
     prefixes, the constraints with the pieces that may end a phrase, and the shortlist."""
-    inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
-    inputs_BS[len(rows):, 0] = cfg.eos_id  # dummy rows: an empty source
-    for r, ids in enumerate(rows):
-        inputs_BS[r, :len(ids)] = ids
+    inputs_BS = padded_sources(cfg, rows, bucket, batch_size)
     valid_B = np.arange(batch_size) < len(rows)
     return (inputs_BS, valid_B, rng, np.float32(alpha), np.float32(temperature), prefix_BP,
             np.float32(beta), cons_BCL, phrase_ends_V, shortlist_C)
+
+
+def padded_sources(cfg: ModelConfig, rows: list[np.ndarray], bucket: int,
+                   batch_size: int) -> np.ndarray:
+    """int32 [batch_size, bucket]: the source ids ``rows``, pad-padded; the rows past
+    them are empty sources (EOS alone)."""
+    inputs_BS = np.full((batch_size, bucket), cfg.pad_id, np.int32)
+    inputs_BS[len(rows):, 0] = cfg.eos_id
+    for r, ids in enumerate(rows):
+        inputs_BS[r, :len(ids)] = ids
+    return inputs_BS

@@ -34,7 +34,7 @@ from jax import lax
 from jformer import search
 from jformer.config import ModelConfig
 from jformer.inference.batch_decode import (DECODE_COMPILER_OPTIONS, SearchSpec,
-                                            encode_and_init, make_step_fn)
+                                            encode_and_init, make_step_fn, split_cache)
 from jformer.model import DecodeCache, Ops, Transformer
 from jformer.search.beam import BeamCarry, beam_init, beam_result, beam_step
 from jformer.types import Array, PyTree
@@ -72,19 +72,13 @@ def check_spec(spec: SearchSpec, model_cfg: ModelConfig) -> None:
                          "(model.positional='relative')")
 
 
-def _split(cache: DecodeCache) -> tuple[DecodeCache, PyTree]:
-    """(the cache without its per-hypothesis part, that part)."""
-    state = cache.search_state()
-    return cache.with_search_state(jax.tree.map(lambda _: None, state)), state
-
-
 def _fresh(model: Transformer, params: PyTree, prepared: PyTree, inputs_bS: Array,
            spec: SearchSpec, ops: Ops, memory_len: int) -> tuple[DecodeCache, BeamCarry]:
     """The memory (``memory_len`` positions) and the beam search's start of sources
     ``inputs_bS``."""
     cache = encode_and_init(model, params, inputs_bS, spec.max_len,
                             ops.cache.beam_rows(spec.beam_size), prepared, memory_len)
-    memory, state = _split(cache)
+    memory, state = split_cache(cache)
     cfg = model.cfg
     carry = beam_init(state, batch_size=inputs_bS.shape[0], beam_size=spec.beam_size,
                       max_len=spec.max_len, bos_id=cfg.start_id, pad_id=cfg.pad_id,

@@ -24,7 +24,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from jformer import search
-from jformer.inference.buckets import bucket_for
+from jformer.inference.batch_decode import padded_sources
+from jformer.inference.buckets import bucket_for, padded_rows
 from jformer.inference.continuous import engine_admit, engine_advance, engine_empty
 from jformer.inference.results import Hypothesis, read_batch
 from jformer.inference.settings import SearchSettings
@@ -99,11 +100,6 @@ class SlotDecoder:
         """Sources wait or decode."""
         return bool(self.waiting) or any(self._views)
 
-    @property
-    def occupied(self) -> int:
-        """Slots holding a source, over all devices."""
-        return sum(o is not None for occ in self._occupants for o in occ)
-
     # ------------------------------------------------------------------ programs
     def _run(self, device: int, jitted, *args, **extra):
         p = self.t.placement
@@ -124,19 +120,14 @@ class SlotDecoder:
         for item, slot in zip(take, free):  # held from now on (a failure fails them)
             occupant[slot] = item
             self._since[device][slot] = self._launched[device]
-        rows = 1
-        while rows < len(take):
-            rows *= 2
-        cfg = self.t.model_cfg
-        width = max(item.bucket for item in take)  # the newcomers' bucket
-        inputs_bS = np.full((rows, width), cfg.pad_id, np.int32)
-        inputs_bS[:, 0] = cfg.eos_id  # padding rows: an empty source, dropped
+        rows = padded_rows(len(take), self.slots)  # few program shapes
+        # at the newcomers' widest bucket; padding rows (empty sources) are dropped
+        inputs_bS = padded_sources(self.t.model_cfg, [item.ids for item in take],
+                                   max(item.bucket for item in take), rows)
         slots_b = np.full((rows,), self.slots, np.int32)
         limit_b = np.ones((rows,), np.int32)
-        for a, (item, slot) in enumerate(zip(take, free)):
-            inputs_bS[a, :] = cfg.pad_id
-            inputs_bS[a, :len(item.ids)] = item.ids
-            slots_b[a], limit_b[a] = slot, item.limit
+        slots_b[:len(take)] = free[:len(take)]
+        limit_b[:len(take)] = [item.limit for item in take]
         self._states[device] = self._run(device, engine_admit, self._states[device], slots_b,
                                          inputs_bS, limit_b)
 
@@ -211,7 +202,6 @@ class ContinuousLaunches:
         self.decoder = translator.slot_decoder(settings, batch_size)
         empty = Hypothesis("", 0.0, np.zeros(0, np.int32))
         self.hyps: list[list[Hypothesis]] = [[empty] for _ in sources.ids]
-        self._left = 0
         self._error: BaseException | None = None
         real = [i for i, s in enumerate(sources.ids) if s is not None]
         items = [self.decoder.item(sources.ids[i], self._deliver_to(i), self._fail)

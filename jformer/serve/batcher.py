@@ -271,8 +271,8 @@ class Batcher:
                 rng = np.stack([u.job.key_data(u.index) for u in units])  # uint32 [n, 2]
             prefixes = [u.job.prefixes and u.job.prefixes[u.index] for u in units]
             phrases = [u.job.constraints and u.job.constraints[u.index] for u in units]
-            in_slots = (self.translator.continuous_for(settings)
-                        and not any(_steered(u) for u in units))
+            in_slots = (self.translator.continuous_for(settings) and not any(prefixes)
+                        and not any(phrases))
             pending = self.translator.translate(
                 [u.job.sentences[u.index] for u in units], return_scores=True,
                 batch_size=self.max_batch, rng=rng,
