@@ -4,6 +4,7 @@ CTranslate2 export: seconds, sentences/s and BLEU of each way.
     python bench/bench_translate_file.py --workdir runs/m30 --checkpoint runs/m30/avg5 \\
         [--src test2016.en --ref test2016.de] [--beam 4] [--parts cli,api,ct2]
         [--batch-sizes 16,32,64] [--dtypes model,float32] [--shortlists FILE,...]
+        [--continuous 0,1] [--rules run,full:top_w,exact:all]
         [--ct2-threads 1,2]
         [--ct2-mkl 0,1] [--ct2-batch 32] [--json out.json]
 
@@ -13,12 +14,16 @@ Without --src/--ref the run's own test split (its config's data section) is read
   in a fresh process, twice, with a compile cache that starts empty (the first run
   compiles and fills it, the second loads from it, as a user's second run does). Each
   run reports the whole process's seconds, and the time from start to the first output
-  line. A third run adds ``--eos-candidates top_w --alpha 0``, the settings under which
-  jformer's beam search and CTranslate2's give the same output.
+  line. A third run adds ``--eos-candidates top_w --stop exact --alpha 0``, the settings
+  under which jformer's beam search and CTranslate2's give the same output (at alpha 0
+  the exact rule stops as CTranslate2's early exit does; the full rule may stop before).
 - ``api``: ``Translator.translate`` in this process, for each ``--dtypes`` entry
   (``decode.dtype``) and ``--batch-sizes`` entry: a first call, which compiles, then a
   second, timed call on the compiled programs. Loading is not counted. With
-  ``--shortlists``, each again with each shortlist file (decode.shortlist).
+  ``--shortlists``, each again with each shortlist file (decode.shortlist); with
+  ``--continuous 0,1`` in batches and in slots (decode.continuous); with ``--rules``,
+  under each beam rule, ``STOP:EOS_CANDIDATES`` (decode.stop, decode.eos_candidates;
+  ``run``: the workdir's own).
 - ``ct2``: ``jformer export ctranslate2`` of the same checkpoint (float32; int8 too with
   ``--ct2-int8``). Then, in a fresh process each (bench/ct2_file_worker.py, which imports
   only ctranslate2 and sentencepiece, as a user's script does), CTranslate2 reads the
@@ -80,6 +85,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--dtypes", default="model,float32", help="api: decode.dtype values")
     p.add_argument("--continuous", default="0", help="api: decode.continuous values "
                    "(0 batches, 1 slots refilled as sentences finish), e.g. 0,1")
+    p.add_argument("--rules", default="run", help="api: beam rules, decode.stop:"
+                   "decode.eos_candidates (run: the workdir's), e.g. run,full:top_w")
     p.add_argument("--shortlists", default="", help="api: also each of these shortlist "
                    "files (jformer shortlist) for every dtype and batch size")
     p.add_argument("--ct2-threads", default="1,2")
@@ -95,6 +102,12 @@ def parse(argv=None) -> argparse.Namespace:
         p.error(f"--parts must name some of cli, api, ct2; got {sorted(unknown)}")
     if (args.src is None) != (args.ref is None):
         p.error("--src and --ref go together")
+    from jformer.config import EOS_CANDIDATES, STOP_RULE_NAMES
+    for rule in _list(args.rules):
+        stop, _, cands = rule.partition(":")
+        if rule != "run" and (stop not in STOP_RULE_NAMES or cands not in EOS_CANDIDATES):
+            p.error(f"--rules: each must be run or STOP:EOS_CANDIDATES, STOP one of "
+                    f"{STOP_RULE_NAMES}, EOS_CANDIDATES one of {EOS_CANDIDATES}; got {rule!r}")
     if not _list(args.ct2_mkl) or set(_list(args.ct2_mkl)) - set(CT2_BACKENDS):
         p.error(f"--ct2-mkl must list some of 0, 1 (CT2_USE_MKL); got {args.ct2_mkl!r}")
     return args
@@ -175,8 +188,8 @@ def part_cli(args, src: str, refs: list[str], tmp: str) -> list[dict]:
     rows = []
     for name, extra in (("jformer translate, first run (compiles)", []),
                         ("jformer translate, second run (compile cache)", []),
-                        ("jformer translate --eos-candidates top_w --alpha 0", [
-                            "--eos-candidates", "top_w", "--alpha", "0"])):
+                        ("jformer translate --eos-candidates top_w --stop exact --alpha 0",
+                         ["--eos-candidates", "top_w", "--stop", "exact", "--alpha", "0"])):
         out = os.path.join(tmp, f"cli-{len(rows)}.txt")
         how = f"{name} {args.cli_args}".strip()
         row = {"part": "cli", "how": how, **run_cli(args, src, out, cache, extra)}
@@ -193,15 +206,20 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
 
     decode = files.load_config(args.workdir).decode
     rows = []
-    for dtype, listed, slots in itertools.product(_list(args.dtypes), ("", *args.shortlists),
-                                                  map(int, _list(args.continuous))):
+    for rule, dtype, listed, slots in itertools.product(
+            _list(args.rules), _list(args.dtypes), ("", *args.shortlists),
+            map(int, _list(args.continuous))):
+        stop, cands = ((decode.stop, decode.eos_candidates) if rule == "run"
+                       else rule.split(":"))
         translator = Translator.from_checkpoint(
             args.workdir, args.checkpoint,
             decode_cfg=dataclasses.replace(decode, dtype=dtype, shortlist=listed,
-                                           continuous=bool(slots)),
+                                           continuous=bool(slots), stop=stop,
+                                           eos_candidates=cands),
             compile_cache="off")
         listing = f", shortlist {os.path.basename(listed)}" if listed else ""
         listing += ", continuous" if slots else ""
+        listing += f", stop {stop}, {cands}"
         for batch in map(int, _list(args.batch_sizes)):
             kwargs = dict(beam_size=args.beam, batch_size=batch)
             start = time.perf_counter()
@@ -211,7 +229,7 @@ def part_api(args, sources: list[str], refs: list[str], tmp: str) -> list[dict]:
             hyps = translator.translate(sources, **kwargs)
             seconds = time.perf_counter() - start
             out = os.path.join(tmp, f"api-{dtype}-{batch}{'-listed' if listed else ''}"
-                                    f"{'-slots' if slots else ''}.txt")
+                                    f"{'-slots' if slots else ''}-{stop}-{cands}.txt")
             with open(out, "w", encoding="utf-8") as f:
                 f.write("".join(h + "\n" for h in hyps))
             got = scores(hyps, refs)

@@ -72,3 +72,12 @@ def test_the_ct2_part_reports_each_setting_with_its_bleu(exported, tmp_path):
     hyps = in_process(exported, [s for s, _ in pairs], 32,
                       search_options(config.decode.beam_size, config.model.max_len))
     assert rows[0]["bleu"] == pytest.approx(bench.bleu(hyps, [t for _, t in pairs]))
+
+
+def test_rules_name_a_stop_and_an_eos_rule_or_the_runs():
+    """--rules takes run or STOP:EOS_CANDIDATES pairs; anything else is refused by name."""
+    args = bench.parse(["--workdir", LEGACY, "--rules", "run,full:top_w,exact:all"])
+    assert bench._list(args.rules) == ["run", "full:top_w", "exact:all"]
+    for bad in ("full", "top_w:full", "exact:some"):
+        with pytest.raises(SystemExit):
+            bench.parse(["--workdir", LEGACY, "--rules", bad])

@@ -7,8 +7,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from configs import base, bert_base, big, demo, multi30k, multi30k_student, small
-from jformer.config import (ConfigError, ModelConfig, TrainConfig, check_training_config,
-                            from_config_dict)
+from jformer.config import (ConfigError, DecodeConfig, ModelConfig, TrainConfig,
+                            check_training_config, from_config_dict)
 
 
 @pytest.mark.parametrize("module", [base, big, small, demo, multi30k, multi30k_student])
@@ -87,6 +87,25 @@ def test_config_files_written_before_the_ops_rename_load_as_todays():
         from_config_dict(c)
     with pytest.raises(ValueError, match="model.ops"):
         ModelConfig(ops="kernels")
+
+
+def test_a_decode_section_written_before_the_beam_rules_decodes_as_it_did():
+    """configs/base.py and DecodeConfig() give today's beam rules (top_w, full); a saved
+    decode section without decode.eos_candidates / decode.stop (a workdir written before
+    they existed) reads the former defaults (all, exact), and one that names them keeps
+    its values; a config without a decode section takes today's."""
+    today = from_config_dict(base.get_config())
+    assert (today.decode.eos_candidates, today.decode.stop) == ("top_w", "full")
+    assert (DecodeConfig().eos_candidates, DecodeConfig().stop) == ("top_w", "full")
+    c = base.get_config().to_dict()
+    del c["decode"]["eos_candidates"], c["decode"]["stop"]
+    old = from_config_dict(c).decode
+    assert (old.eos_candidates, old.stop) == ("all", "exact")
+    c["decode"]["eos_candidates"] = "top_w"
+    named = from_config_dict(c).decode
+    assert (named.eos_candidates, named.stop) == ("top_w", "exact")
+    del c["decode"]
+    assert from_config_dict(c).decode == DecodeConfig()
 
 
 def test_unknown_field_names_the_field():

@@ -50,6 +50,11 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
                         "all (Flax WMT) or top_w (fairseq, Hugging Face, CTranslate2, "
                         "Marian: their outputs exactly); default: the run's "
                         "decode.eos_candidates")
+    p.add_argument("--stop", choices=("exact", "full"), default=None,
+                   help="beam search: when a sentence is done; exact (once no alive "
+                        "hypothesis can beat its best finished one; Flax WMT, T5X) or full "
+                        "(once beam-size hypotheses have finished; fairseq, Marian, "
+                        "CTranslate2; with top_w); default: the run's decode.stop")
     p.add_argument("--shrink-floor", type=int, default=None, metavar="N",
                    help="greedy and beam batches drop finished sentences in halving stages "
                         "down to N sentences (0: never; default: the run's "
@@ -152,14 +157,14 @@ def load_translator(args: argparse.Namespace):
 
 
 def decode_overrides(args: argparse.Namespace):
-    """The run's decode config with --overlong / --eos-candidates / --memory-limit /
+    """The run's decode config with --overlong / --eos-candidates / --stop / --memory-limit /
     --dtype / --shrink-floor / --continuous / --shortlist applied (None if none was given:
     the run's own)."""
     import dataclasses
 
     from jformer.workdir import files
 
-    changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates",
+    changes = {name: getattr(args, name) for name in ("overlong", "eos_candidates", "stop",
                                                       "memory_limit", "dtype",
                                                       "alignment_layer", "alignment_head",
                                                       "shrink_floor", "continuous",

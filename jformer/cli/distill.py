@@ -16,7 +16,7 @@ HELP = "translate the run's training split with it (the teacher) into a corpus f
 SPLITS = ("train", "eval", "test")
 # The search settings a distilled corpus depends on (a resumed run must repeat them).
 SEARCH_FIELDS = ("beam", "alpha", "max_len", "method", "temperature", "top_k", "seed",
-                 "overlong", "eos_candidates", "dtype", "shortlist")
+                 "overlong", "eos_candidates", "stop", "dtype", "shortlist")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -84,6 +84,7 @@ def _record(args: argparse.Namespace, translator, lines: int, scores: dict) -> N
     search = {"method": args.method, "beam": args.beam or decode.beam_size,
               "alpha": decode.alpha if args.alpha is None else args.alpha,
               "max_len": args.max_len, "eos_candidates": decode.eos_candidates,
+              "stop": decode.stop,
               "dtype": decode.dtype}
     files.append_evaluation(args.workdir, {
         "src": os.path.abspath(args.src), "ref": os.path.abspath(args.ref), "lines": lines,

@@ -15,7 +15,7 @@ Import the public names from here: ``from jformer.config import ModelConfig``.
 """
 from jformer.config.data import VOCAB_MODEL_TYPES, VOCABS, DataConfig
 from jformer.config.decode import (DECODE_DTYPES, EOS_CANDIDATES, OVERLONG_POLICIES,
-                                   DecodeConfig)
+                                   STOP_RULE_NAMES, DecodeConfig)
 from jformer.config.fields import JAX_SEED_LIMIT, ConfigError
 from jformer.config.model import (ACTIVATIONS, DECODER_STARTS, DTYPES, OPS_CHOICES, NORM_KINDS,
                                   POSITIONAL_KINDS, ModelConfig, resolve_ops)
@@ -31,7 +31,8 @@ __all__ = [
     "DECODER_STARTS", "DECODE_DTYPES", "DTYPES", "DataConfig", "DecodeConfig",
     "EOS_CANDIDATES", "FinetuneConfig", "JAX_SEED_LIMIT",
     "OPS_CHOICES", "ModelConfig", "NORM_KINDS", "OVERLONG_POLICIES", "POSITIONAL_KINDS",
-    "PretrainConfig", "SCHEDULES", "SELECTION_METRICS", "TASK_KINDS", "TaskConfig",
+    "PretrainConfig", "SCHEDULES", "SELECTION_METRICS", "STOP_RULE_NAMES", "TASK_KINDS",
+    "TaskConfig",
     "TrainConfig", "VOCABS", "VOCAB_MODEL_TYPES",
     "check_coordinator", "check_training_config", "from_config_dict", "parse_bytes",
     "resolve_ops", "to_dict",

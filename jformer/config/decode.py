@@ -12,6 +12,8 @@ from jformer.config.units import parse_bytes
 OVERLONG_POLICIES = ("split", "truncate", "error", "sentences")
 # Beam search: which of a step's 2W candidates may finish with EOS (jformer.search.beam)
 EOS_CANDIDATES = ("all", "top_w")
+# Beam search: when a sentence is done (jformer.search.beam.STOP_RULES)
+STOP_RULE_NAMES = ("exact", "full")
 DECODE_DTYPES = ("auto", "model") + DTYPES + ("int8",)  # decode.dtype (jformer.inference.precision)
 
 
@@ -40,7 +42,13 @@ class DecodeConfig:
     # Beam search: which EOS candidates finish. all: any of the step's 2W best (Flax WMT,
     # T5X) | top_w: only those among the W best (fairseq, Hugging Face, CTranslate2,
     # Marian; gives their outputs exactly). jformer.search.beam says more.
-    eos_candidates: str = "all"
+    eos_candidates: str = "top_w"
+    # Beam search: when a sentence is done. full: once beam_size hypotheses have finished
+    # (fairseq, Marian, CTranslate2; meant with top_w) | exact: once no alive hypothesis
+    # can beat its best finished one within the output limit (Flax WMT, T5X; steps on
+    # under a length penalty). The defaults' speed and BLEU against exact, all (the
+    # defaults before 2026-12-01, which a workdir written then keeps): bench/README.md.
+    stop: str = "full"
     # Greedy and beam batches drop their finished sentences in halving stages down to
     # this many sentences (0: never; jformer.search.shrink): fewer rows stepped, at the
     # cost of one more compiled step per stage, paid on a first run only now that
@@ -83,6 +91,7 @@ class DecodeConfig:
               f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
         check_choice(s, "overlong", self.overlong, OVERLONG_POLICIES)
         check_choice(s, "eos_candidates", self.eos_candidates, EOS_CANDIDATES)
+        check_choice(s, "stop", self.stop, STOP_RULE_NAMES)
         check(is_int(self.shrink_floor) and self.shrink_floor >= 0, f"{s}.shrink_floor",
               "an int >= 0 (0: batches keep every row)", self.shrink_floor)
         check(isinstance(self.continuous, bool), f"{s}.continuous", "a bool",

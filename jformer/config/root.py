@@ -58,6 +58,10 @@ def _build(section: str, cls: type, values: Mapping[str, Any]) -> Any:
 # (section, old field) -> field, and (section, field, old value) -> value.
 RENAMED = {("model", "kernels"): "ops"}
 RENAMED_VALUES = {("train", "weight_decay_mask", "kernels"): "matrices"}
+# Fields whose default changed after config.json files were written without them:
+# (section, field) -> the value such a file means (what its run decoded with then). A
+# section that a file holds without the field reads this, not today's default.
+FORMER_DEFAULTS = {("decode", "eos_candidates"): "all", ("decode", "stop"): "exact"}
 
 
 def _renamed(section: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -75,11 +79,22 @@ def _renamed(section: str, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _former_defaults(section: str, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (a section a config holds) with :data:`FORMER_DEFAULTS` for the fields
+    it lacks."""
+    for (where, name), value in FORMER_DEFAULTS.items():
+        if where == section:
+            values.setdefault(name, value)
+    return values
+
+
 def from_config_dict(cfg: Mapping[str, Any], **model_overrides: Any) -> Config:
     """Builds and validates a :class:`Config` from a ConfigDict (or nested dict).
 
     ``model_overrides`` (e.g. ``vocab_size``, ``pad_id`` from the tokenizer) replace
-    model fields before validation.
+    model fields before validation. A section given without a field of
+    :data:`FORMER_DEFAULTS` reads its former default (a workdir written before the field
+    decodes as it did); a section not given at all takes today's defaults.
     """
     raw = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
     unknown = sorted(set(raw) - set(_SECTIONS))
@@ -88,6 +103,8 @@ def from_config_dict(cfg: Mapping[str, Any], **model_overrides: Any) -> Config:
     parts = {}
     for name, cls in _SECTIONS.items():
         values = _renamed(name, dict(raw.get(name, {})))
+        if name in raw:
+            values = _former_defaults(name, values)
         if name == "model":
             values.update(model_overrides)
         parts[name] = _build(name, cls, values)

@@ -94,7 +94,8 @@ def for_sources(wanted: list[list[np.ndarray] | None], owner: np.ndarray,
 
 
 def batch_constraints(wanted: Sequence[list[np.ndarray] | None], owners: Sequence[int],
-                      rows: int, spec, beam_size: int, n_best: int, eos_candidates: str):
+                      rows: int, spec, beam_size: int, n_best: int, eos_candidates: str,
+                      stop: str = "exact"):
     """(constraints int32 [rows, C, L] or None, the batch's SearchSpec): None and
     ``spec`` when no row has constraints; else the constrained beam search's spec.
     A row whose phrases (plus EOS) exceed spec.max_len is refused by name."""
@@ -115,7 +116,7 @@ def batch_constraints(wanted: Sequence[list[np.ndarray] | None], owners: Sequenc
             out[r, c, :len(p)] = p
     return out, dataclasses.replace(
         spec, method="beam", beam_size=beam_size, n_best=n_best,
-        eos_candidates=eos_candidates, constraint_count=count, constraint_len=width)
+        eos_candidates=eos_candidates, stop=stop, constraint_count=count, constraint_len=width)
 
 
 @functools.lru_cache(maxsize=8)

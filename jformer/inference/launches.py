@@ -102,7 +102,7 @@ def launch(translator, sources, settings: SearchSettings, batch_size: int,
         return continuous_launches.ContinuousLaunches(t, sources, settings, batch_size)
     specs = {bucket: settings.spec(t.output_positions(bucket, settings.max_len),
                                    t.chunk_size, t.decode_cfg.eos_candidates,
-                                   t.decode_cfg.shrink_floor)
+                                   t.decode_cfg.shrink_floor, t.decode_cfg.stop)
              for bucket in t.buckets}
     caps: dict[int, int] = {}
 
@@ -127,7 +127,7 @@ def launch(translator, sources, settings: SearchSettings, batch_size: int,
             specs[bucket], prefix_len=prefix_BP.shape[1], prefix_bias=beta is not None)
         cons_BCL, spec = batch_constraints(
             [phrases[i] for i in idx], sources.owner[idx], rows, spec, settings.beam_size,
-            settings.n_best, t.decode_cfg.eos_candidates)
+            settings.n_best, t.decode_cfg.eos_candidates, t.decode_cfg.stop)
         short_C = shortlists.for_batch(
             t.shortlist, [sources.ids[i] for i in idx],
             [batch_prefix, [phrases[i] for i in idx]],

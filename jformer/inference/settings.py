@@ -84,15 +84,16 @@ class SearchSettings:
         return self.alpha if self.method == "beam" else 0.0
 
     def spec(self, max_len: int, chunk_size: int, eos_candidates: str,
-             shrink_floor: int = 0) -> SearchSpec:
+             shrink_floor: int = 0, stop: str = "exact") -> SearchSpec:
         """The compiled search for ``max_len`` output positions; fields the search does
         not read keep their defaults (fewer compiles). ``shrink_floor`` (greedy and beam;
         ``decode.shrink_floor``): batches drop finished sentences in halving stages down
-        to that many (0: never)."""
+        to that many (0: never). ``eos_candidates``, ``stop``: beam search's rules
+        (``decode.eos_candidates``, ``decode.stop``)."""
         if self.method == "beam" and self.beam_size > 1:
             return SearchSpec("beam", self.beam_size, max_len, chunk_size=chunk_size,
                               n_best=self.n_best, eos_candidates=eos_candidates,
-                              shrink_floor=shrink_floor)
+                              shrink_floor=shrink_floor, stop=stop)
         if self.method == "sample":
             return SearchSpec("sample", 1, max_len, top_k=self.top_k, chunk_size=chunk_size)
         return SearchSpec("greedy", 1, max_len, chunk_size=chunk_size,

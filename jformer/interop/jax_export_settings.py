@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jformer.config import EOS_CANDIDATES, DecodeConfig, ModelConfig
+from jformer.config import EOS_CANDIDATES, STOP_RULE_NAMES, DecodeConfig, ModelConfig
 # CHUNK_SIZE: the Translator's default, which also rounds the output-length rule
 # (output_len), so it is the same here for equal outputs.
 from jformer.inference.batch_decode import CHUNK_SIZE, SearchSpec
@@ -38,6 +38,7 @@ class ExportSettings:
     max_len: int | None = None
     platforms: tuple[str, ...] = ("cpu",)
     eos_candidates: str = "all"  # beam: decode.eos_candidates of the run
+    stop: str = "exact"  # beam: decode.stop of the run
     prefix_len: int = 0  # target prefixes of up to this many tokens (0: no prefix argument)
     prefix_bias: bool = False  # the prefixes bias (prefix_beta) instead of being forced
     constraint_count: int = 0  # lexical constraints: phrases per row (0: no argument)
@@ -69,6 +70,9 @@ class ExportSettings:
         if self.eos_candidates not in EOS_CANDIDATES:
             raise ValueError(f"decode.eos_candidates must be one of {EOS_CANDIDATES}; "
                              f"got {self.eos_candidates!r}")
+        if self.stop not in STOP_RULE_NAMES:
+            raise ValueError(f"decode.stop must be one of {STOP_RULE_NAMES}; "
+                             f"got {self.stop!r}")
         self._check_steering()
         if self.shortlist_size >= model_cfg.vocab_size:
             raise ValueError(f"--shortlist-size {self.shortlist_size} is not below the "
@@ -100,12 +104,12 @@ class ExportSettings:
         steer = dict(prefix_len=self.prefix_len, prefix_bias=self.prefix_bias)
         if self.constraint_count:  # as inference.constraints.batch_constraints
             return SearchSpec("beam", self.beam_size, out_len, chunk_size=CHUNK_SIZE,
-                              eos_candidates=self.eos_candidates,
+                              eos_candidates=self.eos_candidates, stop=self.stop,
                               constraint_count=self.constraint_count,
                               constraint_len=self.constraint_len, **steer)
         if self.method == "beam" and self.beam_size > 1:
             return SearchSpec("beam", self.beam_size, out_len, chunk_size=CHUNK_SIZE,
-                              eos_candidates=self.eos_candidates, **steer)
+                              eos_candidates=self.eos_candidates, stop=self.stop, **steer)
         return SearchSpec("greedy", 1, out_len, chunk_size=CHUNK_SIZE, **steer)
 
     def steering_args(self) -> list[tuple[str, jax.ShapeDtypeStruct]]:
@@ -158,10 +162,11 @@ def _positive(value: Any) -> bool:
 def default_settings(model_cfg: ModelConfig, decode_cfg: DecodeConfig,
                      **overrides: Any) -> ExportSettings:
     """Settings from the run's decode config (buckets as the Translator's, beam size,
-    alpha, eos_candidates), with the ``overrides`` that are not None; checked."""
+    alpha, eos_candidates, stop), with the ``overrides`` that are not None; checked."""
     base = dict(buckets=source_buckets(decode_cfg, model_cfg.max_len),
                 beam_size=decode_cfg.beam_size, alpha=decode_cfg.alpha,
-                eos_candidates=decode_cfg.eos_candidates, int8=decode_cfg.dtype == "int8")
+                eos_candidates=decode_cfg.eos_candidates, stop=decode_cfg.stop,
+                int8=decode_cfg.dtype == "int8")
     base.update({k: v for k, v in overrides.items() if v is not None})
     base["buckets"], base["platforms"] = tuple(base["buckets"]), tuple(base.get(
         "platforms", ("cpu",)))

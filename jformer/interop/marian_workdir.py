@@ -62,8 +62,9 @@ def import_marian(model_dir: str | os.PathLike, workdir: str | os.PathLike, *,
     check_params(model_cfg, params)
     config = Config(model_cfg, _data_config(model_dir, tokenizer, model_cfg.max_len,
                                             src_lang, tgt_lang),
-                    # Marian (and HF generate) let only EOS among the beam's W best finish
-                    TrainConfig(), DecodeConfig(eos_candidates="top_w"))
+                    # Marian (and HF generate) let only EOS among the beam's W best
+                    # finish; the exact stopping rule gives HF generate's outputs (tests)
+                    TrainConfig(), DecodeConfig(eos_candidates="top_w", stop="exact"))
     parent = os.path.dirname(workdir)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(workdir)}.tmp-")

@@ -13,11 +13,22 @@ Which EOS candidates may finish is ``eos_candidates``:
   CTranslate2 and Marian do (the others are dropped). With it, jformer's beam gives
   those engines' outputs exactly (tests/interop: CTranslate2 and Marian parity).
 
-A row is done when its best (or, asked for n-best lists, its n-th best) finished score
-beats the best score any alive hypothesis can still reach,
-``best_alive_log_prob / length_penalty(max_len)`` (log-probs only decrease and, for
-alpha >= 0, the penalty grows with length). Its outputs then freeze, so each row's
-result is what it would get decoded alone.
+When a row is done is ``stop`` (:data:`STOP_RULES`):
+
+- ``"exact"`` (default): once its best (or, asked for n-best lists, its n-th best)
+  finished score beats the best score any alive hypothesis can still reach,
+  ``best_alive_log_prob / length_penalty(max_len)`` (log-probs only decrease and, for
+  alpha >= 0, the penalty grows with length), as the Flax WMT example, T5X and Hugging
+  Face's ``early_stopping="never"`` do: no hypothesis the beam holds could beat its result.
+- ``"full"``: once W hypotheses have finished, as fairseq, Marian, CTranslate2 (patience
+  1) and Hugging Face's ``early_stopping=True`` do. Meant with ``top_w``: under ``all``
+  the finished set also fills with the EOS candidates ranked W..2W-1.
+
+Neither rule always stops first: the exact one may hold with one hypothesis finished,
+the full one waits for W. Where the full rule stops first, an alive hypothesis that would
+have finished with a better score is lost; under a length penalty it usually stops
+first, since the exact bound allows for hypotheses growing to max_len. A done row's
+outputs freeze, so each row's result is what it would get decoded alone.
 
 The last position (``max_len - 1``) forces EOS, as fairseq does: hypotheses still alive
 there finish, paying their EOS log-prob, and compete on score with the others. Without
@@ -36,7 +47,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jformer import step_index
-from jformer.config import EOS_CANDIDATES
+from jformer.config import EOS_CANDIDATES, STOP_RULE_NAMES
 from jformer.search.loop import (DecodeResult, Normalize, StepFn, call_step_fn, check_knob,
                                  check_search_args, length_penalty, log_softmax)
 from jformer.search.prefix import Constraint
@@ -66,6 +77,30 @@ def gather_rows(state: PyTree, parent_BW: jax.Array) -> PyTree:
     return jax.tree.map(lambda x: jnp.take(x, flat_parent_N, axis=0, mode="clip"), state)
 
 
+# (finished scores [B, W] sorted best first, -inf empty; the best alive log-prob sum [B];
+# the output limit, a scalar or each row's [B]; alpha; n_best) -> bool [B]: the row is done.
+StopRule = Callable[..., jax.Array]
+
+
+def exact_stop(fin_score_BW: jax.Array, best_alive_B: jax.Array, *, max_len: jax.typing.ArrayLike,
+               alpha: jax.typing.ArrayLike, n_best: int) -> jax.Array:
+    """``stop="exact"``: the n_best-th finished score beats the best any alive hypothesis
+    can reach within ``max_len`` (its log-prob only falls, its penalty only grows)."""
+    return fin_score_BW[:, n_best - 1] > best_alive_B / length_penalty(max_len, alpha)
+
+
+def full_stop(fin_score_BW: jax.Array, best_alive_B: jax.Array, *, max_len: jax.typing.ArrayLike,
+              alpha: jax.typing.ArrayLike, n_best: int) -> jax.Array:
+    """``stop="full"``: W hypotheses have finished (the W-place finished set is full;
+    n_best <= W of them are then finished)."""
+    del best_alive_B, max_len, alpha, n_best
+    return fin_score_BW[:, -1] > -jnp.inf
+
+
+STOP_RULES: dict[str, StopRule] = {"exact": exact_stop, "full": full_stop}
+assert tuple(STOP_RULES) == STOP_RULE_NAMES
+
+
 class _BeamCarry(NamedTuple):
     state: PyTree              # step_fn state of the B*W hypotheses (b*W + w = beam w)
     prev_BW: jax.Array         # int32 [B, W]: last token of each alive hypothesis
@@ -82,7 +117,7 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
                min_len: int, n_best: int = 1, candidates: Candidates = top_extensions,
                eos_candidates: str = "all", constrain: Constraint | None = None,
                normalize: Normalize = log_softmax,
-               limit_B: jax.Array | None = None) -> _BeamCarry:
+               limit_B: jax.Array | None = None, stop: str = "exact") -> _BeamCarry:
     """One step of beam search for every row; done rows keep their values.
 
     ``step``: the output position, an int32 scalar (every row at it), or each row's own,
@@ -123,7 +158,7 @@ def _beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder
 
     state = reorder(new_state, parent_BW)  # the state follows the alive beams
     return advance(c, state, token_BW, alive_BWT, alive_logp_BW, fin_BWT, fin_score_BW,
-                   max_len=limit, alpha=alpha, n_best=n_best)
+                   max_len=limit, alpha=alpha, n_best=n_best, stop=STOP_RULES[stop])
 
 
 def per_hypothesis(x: jax.Array, w: int) -> jax.Array:
@@ -157,11 +192,10 @@ def merge_finished(c: _BeamCarry, finish_BC: jax.Array, cand_logp_BC: jax.Array,
 def advance(c: _BeamCarry, state: PyTree, token_BW: jax.Array, alive_BWT: jax.Array,
             alive_logp_BW: jax.Array, fin_BWT: jax.Array, fin_score_BW: jax.Array, *,
             max_len: int, alpha: jax.typing.ArrayLike, n_best: int,
-            sorted_alive: bool = True) -> _BeamCarry:
-    """The next carry: done rows keep their values; a row is done once its n_best-th
-    finished hypothesis beats anything an alive one can still reach (``sorted_alive``:
-    the alive log-probs are sorted best first, so the best is the first). ``max_len``:
-    the output limit, one for all rows or each row's [B]."""
+            sorted_alive: bool = True, stop: StopRule = exact_stop) -> _BeamCarry:
+    """The next carry: done rows keep their values; a row is done once ``stop`` holds
+    for it (``sorted_alive``: the alive log-probs are sorted best first, so the best is
+    the first). ``max_len``: the output limit, one for all rows or each row's [B]."""
     batch = c.prev_BW.shape[0]
 
     def keep(old: jax.Array, new: jax.Array) -> jax.Array:
@@ -173,9 +207,8 @@ def advance(c: _BeamCarry, state: PyTree, token_BW: jax.Array, alive_BWT: jax.Ar
                      keep(c.fin_score_BW, fin_score_BW), c.done_B,
                      c.steps_B + (~c.done_B).astype(jnp.int32))
     best_alive_B = out.alive_logp_BW[:, 0] if sorted_alive else out.alive_logp_BW.max(1)
-    best_alive_bound_B = best_alive_B / length_penalty(max_len, alpha)
-    return out._replace(done_B=c.done_B | (out.fin_score_BW[:, n_best - 1]
-                                           > best_alive_bound_B))
+    return out._replace(done_B=c.done_B | stop(out.fin_score_BW, best_alive_B,
+                                               max_len=max_len, alpha=alpha, n_best=n_best))
 
 
 def _final_beams(c: _BeamCarry, *, alpha: jax.typing.ArrayLike, eos_id: int,
@@ -214,7 +247,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                 eos_candidates: str = "all",
                 constrain: Constraint | None = None,
                 shrink: tuple[int, ...] = (),
-                normalize: Normalize = log_softmax) -> DecodeResult:
+                normalize: Normalize = log_softmax, stop: str = "exact") -> DecodeResult:
     """Beam search with length penalty ``((5 + len) / 6) ** alpha``, early exit.
 
     Args:
@@ -223,9 +256,10 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         (row b*W + w is beam w of row b) and reordered each step along axis 0. With
         ``reorder``, instead, the state of all B*W hypotheses in the step function's
         own layout (leaves still lead with batch_size), used as given.
-      n_best: a row stops once its n_best best finished hypotheses can no longer be
-        beaten (1: once its best can't), so the first n_best results are finished
-        whenever max_len allows; the rest may be unfinished.
+      n_best: under ``stop="exact"`` a row stops once its n_best best finished
+        hypotheses can no longer be beaten (1: once its best can't); either rule leaves
+        the first n_best results finished whenever max_len allows; the rest may be
+        unfinished.
       reorder: ``reorder(state, parent_BW) -> state`` after each step, parent_BW int32
         [B, W] the beam each new hypothesis extends (e.g. a KV cache that
         only remaps a small table); None: :func:`gather_rows` of the tiled state.
@@ -246,6 +280,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
         (:mod:`jformer.search.shrink`; step_fn a ``SourceStep``, ``constrain`` None);
         (): the whole batch to the end. The results are the same.
       normalize: logits -> float32 log-probs (:data:`jformer.search.loop.Normalize`).
+      stop: "exact" | "full", when a row is done (module docstring).
 
     Returns:
       DecodeResult, each row's hypotheses sorted best first (finished before unfinished):
@@ -258,7 +293,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
     chunk_size = check_beam_args(state, batch_size=batch_size, beam_size=beam_size,
                                  max_len=max_len, alpha=alpha, bos_id=bos_id, eos_id=eos_id,
                                  pad_id=pad_id, chunk_size=chunk_size, min_len=min_len,
-                                 n_best=n_best, eos_candidates=eos_candidates)
+                                 n_best=n_best, eos_candidates=eos_candidates, stop=stop)
     check_shrink(shrink, batch_size, step_fn, constrain)
     init = beam_init(state, batch_size=batch_size, beam_size=beam_size, max_len=max_len,
                      bos_id=bos_id, pad_id=pad_id, tile=reorder is None)
@@ -269,7 +304,7 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
                               max_len=max_len, alpha=alpha, eos_id=eos_id, pad_id=pad_id,
                               min_len=min_len, n_best=n_best, candidates=candidates,
                               eos_candidates=eos_candidates, constrain=constrain,
-                              normalize=normalize)
+                              normalize=normalize, stop=stop)
         return body
 
     out, num_steps = staged_decode_loop(body_of, init, step_fn, shrink=shrink,
@@ -279,7 +314,8 @@ def beam_search(step_fn: StepFn, state: PyTree, *, batch_size: int, beam_size: i
 
 def check_beam_args(state: PyTree, *, batch_size: int, beam_size: int, max_len: int,
                     alpha: jax.typing.ArrayLike, bos_id: int, eos_id: int, pad_id: int,
-                    chunk_size: int, min_len: int, n_best: int, eos_candidates: str) -> int:
+                    chunk_size: int, min_len: int, n_best: int, eos_candidates: str,
+                    stop: str = "exact") -> int:
     """Validates :func:`beam_search`'s arguments; returns the effective chunk size."""
     chunk_size = check_search_args(state, batch_size=batch_size, max_len=max_len,
                                    chunk_size=chunk_size, min_len=min_len, bos_id=bos_id,
@@ -293,6 +329,8 @@ def check_beam_args(state: PyTree, *, batch_size: int, beam_size: int, max_len: 
     if eos_candidates not in EOS_CANDIDATES:
         raise ValueError(f"eos_candidates must be one of {EOS_CANDIDATES}; "
                          f"got {eos_candidates!r}")
+    if stop not in STOP_RULES:
+        raise ValueError(f"stop must be one of {STOP_RULE_NAMES}; got {stop!r}")
     return chunk_size
 
 
@@ -329,7 +367,7 @@ def beam_step(c: _BeamCarry, step: jax.Array, step_fn: StepFn, reorder: Reorder 
               **settings) -> _BeamCarry:
     """One step of beam search for every row (done rows keep their values); ``reorder``
     None: :func:`gather_rows`; ``settings``: beam_search's (max_len, alpha, eos_id,
-    pad_id, min_len, n_best, candidates, eos_candidates, constrain, normalize), and
+    pad_id, min_len, n_best, candidates, eos_candidates, constrain, normalize, stop), and
     ``limit_B``, each row's output limit. ``step``: a scalar, or each row's own [B]."""
     return _beam_step(c, step, step_fn, reorder or gather_rows, **settings)
 

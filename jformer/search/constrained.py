@@ -39,9 +39,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jformer.search.beam import (Candidates, Reorder, _BeamCarry, _final_beams, advance,
-                                 beam_init, check_beam_args, gather_rows, merge_finished,
-                                 top_extensions)
+from jformer.search.beam import (STOP_RULES, Candidates, Reorder, _BeamCarry, _final_beams,
+                                 advance, beam_init, check_beam_args, gather_rows,
+                                 merge_finished, top_extensions)
 from jformer.search.loop import (DecodeResult, Normalize, StepFn, call_step_fn,
                                  chunked_decode_loop, log_softmax)
 from jformer.search.prefix import Constraint
@@ -117,7 +117,7 @@ def _constrained_step(c: _ConstrainedCarry, step: jax.Array, step_fn: StepFn,
                       alpha: jax.typing.ArrayLike, eos_id: int, pad_id: int, min_len: int,
                       n_best: int, candidates: Candidates, eos_candidates: str,
                       constrain: Constraint | None, ends_V: jax.Array | None,
-                      normalize: Normalize) -> _ConstrainedCarry:
+                      normalize: Normalize, stop: str) -> _ConstrainedCarry:
     bc = c.beam
     batch, w = bc.prev_BW.shape
     c_count, width = cons_BCL.shape[1:]
@@ -198,7 +198,8 @@ def _constrained_step(c: _ConstrainedCarry, step: jax.Array, step_fn: StepFn,
                                            alpha=alpha, eos_id=eos_id, pad_id=pad_id)
     state = reorder(new_state, parent_BW)
     out = advance(bc, state, token_BW, alive_BWT, alive_logp_BW, fin_BWT, fin_score_BW,
-                  max_len=max_len, alpha=alpha, n_best=n_best, sorted_alive=False)
+                  max_len=max_len, alpha=alpha, n_best=n_best, sorted_alive=False,
+                  stop=STOP_RULES[stop])
     done_B1 = bc.done_B[:, None]
     keep = lambda old, new: jnp.where(  # noqa: E731
         done_B1.reshape((batch,) + (1,) * (old.ndim - 1)), old, new)
@@ -215,7 +216,8 @@ def constrained_beam_search(step_fn: StepFn, state: PyTree, constraints_BCL: jax
                             eos_candidates: str = "all",
                             constrain: Constraint | None = None,
                             phrase_ends: jax.Array | None = None,
-                            normalize: Normalize = log_softmax) -> DecodeResult:
+                            normalize: Normalize = log_softmax,
+                            stop: str = "exact") -> DecodeResult:
     """Beam search whose outputs contain every phrase of their row (module docstring).
 
     Takes :func:`jformer.search.beam.beam_search`'s arguments, plus ``constraints_BCL``
@@ -228,7 +230,7 @@ def constrained_beam_search(step_fn: StepFn, state: PyTree, constraints_BCL: jax
     chunk_size = check_beam_args(state, batch_size=batch_size, beam_size=beam_size,
                                  max_len=max_len, alpha=alpha, bos_id=bos_id, eos_id=eos_id,
                                  pad_id=pad_id, chunk_size=chunk_size, min_len=min_len,
-                                 n_best=n_best, eos_candidates=eos_candidates)
+                                 n_best=n_best, eos_candidates=eos_candidates, stop=stop)
     shape = jnp.shape(constraints_BCL)
     if len(shape) != 3 or shape[0] != batch_size or shape[1] < 1 or shape[2] < 1:
         raise ValueError(f"constraints must be an int array [batch_size={batch_size}, C, L] "
@@ -248,7 +250,7 @@ def constrained_beam_search(step_fn: StepFn, state: PyTree, constraints_BCL: jax
                                  max_len=max_len, alpha=alpha, eos_id=eos_id, pad_id=pad_id,
                                  min_len=min_len, n_best=n_best, candidates=candidates,
                                  eos_candidates=eos_candidates, constrain=constrain,
-                                 ends_V=ends_V, normalize=normalize)
+                                 ends_V=ends_V, normalize=normalize, stop=stop)
 
     out, num_steps = chunked_decode_loop(body, init, lambda c: jnp.all(c.beam.done_B),
                                          max_len=max_len, chunk_size=chunk_size)

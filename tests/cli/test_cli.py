@@ -411,9 +411,9 @@ def test_memory_limit_flag_is_checked_and_applied(workdir, reference, capsys, mo
     assert out.split("\n")[:-1] == reference.translate(["Five.", "It is late."])
 
 
-def test_eos_candidates_flag_reaches_the_search(workdir):
-    """--eos-candidates overrides the run's decode.eos_candidates (the beam's EOS rule);
-    without it, or with another flag alone, the run's own stands."""
+def test_eos_candidates_and_stop_flags_reach_the_search(workdir):
+    """--eos-candidates and --stop override the run's decode.eos_candidates and
+    decode.stop (the beam's EOS and stopping rules); without them the run's own stand."""
     import argparse
 
     from jformer.cli.common import add_search_args, decode_overrides
@@ -422,11 +422,19 @@ def test_eos_candidates_flag_reaches_the_search(workdir):
     p = argparse.ArgumentParser()
     p.add_argument("--workdir")
     add_search_args(p)
+    from jformer.workdir import files
+
     assert decode_overrides(p.parse_args(["--workdir", workdir])) is None
+    run = files.load_config(workdir).decode
+    assert (run.eos_candidates, run.stop) == ("all", "exact")  # the tests' DECODE
     top_w = decode_overrides(p.parse_args(["--workdir", workdir, "--eos-candidates", "top_w"]))
-    assert top_w.eos_candidates == "top_w" and DecodeConfig().eos_candidates == "all"
-    with pytest.raises(SystemExit):
-        p.parse_args(["--workdir", workdir, "--eos-candidates", "best"])
+    assert (top_w.eos_candidates, top_w.stop) == ("top_w", "exact")
+    full = decode_overrides(p.parse_args(["--workdir", workdir, "--stop", "full"]))
+    assert (full.eos_candidates, full.stop) == ("all", "full")
+    assert (DecodeConfig().eos_candidates, DecodeConfig().stop) == ("top_w", "full")
+    for flag, value in (("--eos-candidates", "best"), ("--stop", "patience")):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--workdir", workdir, flag, value])
 
 
 def test_continuous_flag_translates_the_same_lines(workdir, reference, capsys, monkeypatch):

@@ -133,3 +133,30 @@ def test_a_failing_step_fails_every_call_it_holds_and_the_next_call_decodes(
             pending.result()
     assert not slots.slots_busy()
     assert slots.translate(SENTENCES[:3]) == translator.translate(SENTENCES[:3])
+
+
+def test_the_full_stopping_rule_in_slots_and_batches(setup, monkeypatch):
+    """decode.stop="full" (with top_w) reaches both paths' searches (its rule is traced
+    into each program), and slots translate as batches do under it."""
+    from jformer.search import beam
+
+    traced = []
+
+    def counted(*args, **kwargs):
+        traced.append(1)
+        return beam.full_stop(*args, **kwargs)
+
+    monkeypatch.setitem(beam.STOP_RULES, "full", counted)
+    cfg, params, tok = setup
+    full = dataclasses.replace(DECODE, stop="full", eos_candidates="top_w")
+    out = {}
+    for name, decode in (("slots", dataclasses.replace(full, continuous=True)),
+                         ("batches", full)):
+        before = len(traced)
+        t = Translator(cfg, params, tok, decode, chunk_size=CHUNK)
+        out[name] = t.translate(SENTENCES, beam_size=3, n_best=3, return_scores=True)
+        assert len(traced) > before, name
+    for g, w in zip(out["slots"], out["batches"]):
+        assert [h.ids.tolist() for h in g] == [h.ids.tolist() for h in w]
+        np.testing.assert_allclose([h.score for h in g], [h.score for h in w], rtol=1e-5,
+                                   atol=1e-5)

@@ -32,11 +32,13 @@ def test_spec_and_penalty_per_method():
                                                    eos_candidates="top_w")
     assert beam.spec(40, 8, "top_w", 8) == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
                                                       eos_candidates="top_w", shrink_floor=8)
+    assert beam.spec(40, 8, "top_w", stop="full") == SearchSpec(
+        "beam", 5, 40, chunk_size=8, n_best=2, eos_candidates="top_w", stop="full")
     assert beam.penalty_alpha == 0.7
     # Beam 1 is greedy search, still scored with the length penalty.
     one = SearchSettings.of(CFG, beam_size=1)
-    assert one.spec(40, 8, "top_w", 4) == SearchSpec("greedy", 1, 40, chunk_size=8,
-                                                         shrink_floor=4)
+    assert one.spec(40, 8, "top_w", 4, "full") == SearchSpec("greedy", 1, 40, chunk_size=8,
+                                                                 shrink_floor=4)
     assert one.penalty_alpha == 0.7
     sample = SearchSettings.of(CFG, method="sample")
     assert sample.spec(40, 8, "all") == SearchSpec("sample", 1, 40, top_k=12, chunk_size=8)

@@ -38,8 +38,12 @@ from jformer.workdir import checkpoint, files
 from jformer.model.init import run_once
 
 CORPUS = demo.generate_pairs(0, 300, 0, 0)["train"]
+# The exact rule over all 2W candidates (the defaults before 2026-12-01): the small test
+# model ranks EOS below the W best on many steps, so under top_w most of its outputs run
+# to max_len, and the tests here want outputs that end at many different steps.
 DECODE = DecodeConfig(beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=4, batch_size=4,
-                      length_buckets=(16, 32), overlong="truncate")
+                      length_buckets=(16, 32), overlong="truncate", eos_candidates="all",
+                      stop="exact")
 CHUNK = batch_decode.CHUNK_SIZE  # the Translator's default: the CLI tests share its programs
 SHORT = ["Five.", "I see two apples.", "", "The number is three.", "It is late.",
          "We need one car.", "Hello"]  # all in the 16-token bucket

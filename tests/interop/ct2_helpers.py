@@ -79,16 +79,17 @@ def assert_same_search(translator: Translator, ct2_translator, sentences: list[s
 
     jformer runs ``translate(beam_size, alpha=0, max_len)`` (beam 1: greedy search) with
     decode.eos_candidates="top_w" (only EOS among a step's W best finish, as in
-    CTranslate2), CTranslate2 :func:`search_options` of the same. ``require_finished``:
+    CTranslate2) and decode.stop="exact" (at alpha 0, CTranslate2's early exit),
+    CTranslate2 :func:`search_options` of the same. ``require_finished``:
     every jformer output must end in EOS before max_len (beam search forces EOS at
     max_len, which CTranslate2 does not). ``target_prefix``: the same prefixes to both
     (CTranslate2's as pieces). Returns how many outputs ended in EOS.
     """
     method = "beam" if beam_size > 1 else "greedy"
-    if translator.decode_cfg.eos_candidates != "top_w":
+    if (translator.decode_cfg.eos_candidates, translator.decode_cfg.stop) != ("top_w", "exact"):
         translator = Translator(translator.model_cfg, translator.params, translator.tokenizer,
                                 dataclasses.replace(translator.decode_cfg,
-                                                    eos_candidates="top_w"))
+                                                    eos_candidates="top_w", stop="exact"))
     ours = translator.translate(sentences, beam_size=beam_size, alpha=0.0, max_len=max_len,
                                 return_scores=True, method=method,
                                 target_prefix=target_prefix)

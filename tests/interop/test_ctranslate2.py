@@ -154,7 +154,7 @@ def _relative_model(tokenizer, tmp_path):
     params = perturbed_params(cfg, seed=5)
     params["decoder"]["output_projection"]["bias"][cfg.eos_id] += 2.5
     translator = Translator(cfg, params, tokenizer, DecodeConfig(
-        batch_size=16, length_buckets=(32,), eos_candidates="top_w"))
+        batch_size=16, length_buckets=(32,), eos_candidates="top_w", stop="exact"))
     return translator, export(cfg, params, tokenizer, tmp_path / "ct2")
 
 

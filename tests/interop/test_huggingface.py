@@ -170,7 +170,7 @@ def test_generate_gives_jformers_tokens(legacy_export, beam):
     model = transformers.MarianMTModel.from_pretrained(legacy_export).eval()
     tok = transformers.MarianTokenizer.from_pretrained(legacy_export)
     translator = Translator.from_checkpoint(LEGACY, decode_cfg=DecodeConfig(
-        eos_candidates="top_w", batch_size=32, length_buckets=(32,)))
+        eos_candidates="top_w", stop="exact", batch_size=32, length_buckets=(32,)))
     max_len = translator.model_cfg.max_len
     hyps = translator.translate(sentences, method="beam" if beam > 1 else "greedy",
                                 beam_size=beam, alpha=0.0, max_len=max_len,

@@ -13,18 +13,23 @@ from jformer.workdir import files
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy_workdir")
 
 
-def test_settings_carry_the_runs_eos_rule_into_the_beam_spec():
-    """The export searches as the run's Translator: decode.eos_candidates reaches the
-    beam's SearchSpec and the manifest's settings; an unknown rule is refused."""
+def test_settings_carry_the_runs_beam_rules_into_the_beam_spec():
+    """The export searches as the run's Translator: decode.eos_candidates and decode.stop
+    reach the beam's SearchSpec and the manifest's settings (a workdir written before
+    decode.stop existed reads as "exact"); an unknown rule is refused."""
     config = files.load_config(LEGACY)
-    decode = dataclasses.replace(config.decode, eos_candidates="top_w")
+    assert config.decode.stop == "exact"
+    decode = dataclasses.replace(config.decode, eos_candidates="top_w", stop="full")
     settings = default_settings(config.model, decode)
-    assert settings.eos_candidates == "top_w"
-    assert settings.spec(20).eos_candidates == "top_w"
-    assert default_settings(config.model, config.decode).spec(20).eos_candidates \
-        == "all"
+    assert (settings.eos_candidates, settings.stop) == ("top_w", "full")
+    spec = settings.spec(20)
+    assert (spec.eos_candidates, spec.stop) == ("top_w", "full")
+    spec = default_settings(config.model, config.decode).spec(20)
+    assert (spec.eos_candidates, spec.stop) == ("all", "exact")
     with pytest.raises(ValueError, match="decode.eos_candidates must be one of"):
         dataclasses.replace(settings, eos_candidates="best").check(config.model)
+    with pytest.raises(ValueError, match="decode.stop must be one of"):
+        dataclasses.replace(settings, stop="patience").check(config.model)
 
 
 def test_steering_reaches_the_spec_and_the_call():

@@ -174,14 +174,14 @@ def test_search_gives_hf_generates_tokens(trained, method, beam, ops):
     model, hf_tok = load_hf(hf_dir)
     want_ids, want_scores = hf_generate(model, hf_tok, beam)
     config, tokenizer, params = load_workdir(workdir)
-    assert config.decode.eos_candidates == "top_w"  # the import decodes as Marian does
+    assert (config.decode.eos_candidates, config.decode.stop) == ("top_w", "exact")
     model_cfg = dataclasses.replace(config.model, ops=ops)
     translator = Translator(model_cfg, params, tokenizer, config.decode)
     hyps = translator.translate(SOURCES, method=method, beam_size=beam, alpha=0.0,
                                 max_len=MAX_LEN, return_scores=True)
     assert [h.ids.tolist() for h in hyps] == want_ids
     np.testing.assert_allclose([h.score for h in hyps], want_scores, atol=1e-4, rtol=0)
-    if method == "beam":  # jformer's default rule: every EOS of the 2W may finish
+    if method == "beam":  # the Flax WMT example's rule: every EOS of the 2W may finish
         every = Translator(model_cfg, params, tokenizer, dataclasses.replace(
             config.decode, eos_candidates="all")).translate(
                 SOURCES, method=method, beam_size=beam, alpha=0.0, max_len=MAX_LEN,

@@ -430,16 +430,18 @@ def test_beam_matches_brute_force(alpha):
         np.testing.assert_allclose(out.scores[r, 0], score, rtol=1e-5)
 
 
-def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1, eos_candidates="all"):
+def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1, eos_candidates="all",
+                   stop="exact"):
     """Beam search as the paper and fairseq describe it, written plainly over Python
     lists: W alive hypotheses extended by every token; of the best 2W extensions, those
     ending in EOS join the W-best finished list (scored log-prob / ((5 + len) / 6)^alpha,
     EOS counted; with eos_candidates="top_w" only those ranked among the first W, as
     fairseq does), the best W others stay alive; EOS is forced at the last position; the
     search stops once the n_best-th finished score beats the best alive log-prob at the
-    longest length's penalty. Returns [(tokens, score)], finished first, best first."""
+    longest length's penalty (stop="full": once W hypotheses have finished, as fairseq).
+    Returns [(tokens, score)], finished first, best first."""
     lp = lambda n: ((5.0 + n) / 6.0) ** alpha  # noqa: E731
-    alive, finished, steps = [((), 0.0)], [], 0
+    alive, finished, steps, count = [((), 0.0)], [], 0, 0
     for step in range(max_len):
         cands = []
         for b, (seq, total) in enumerate(alive):
@@ -451,11 +453,17 @@ def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1, eos_candidate
         top = [c for c in cands[:2 * beam] if c[0] > -np.inf]
         finished += [(alive[b][0] + (v,), t / lp(step + 1)) for rank, (t, b, v)
                      in enumerate(top) if v == EOS and (eos_candidates == "all" or rank < beam)]
+        count += sum(v == EOS and (eos_candidates == "all" or rank < beam)
+                     for rank, (_, _, v) in enumerate(top))
         finished = sorted(finished, key=lambda f: -f[1])[:beam]
         alive = [(alive[b][0] + (v,), t) for t, b, v in top if v != EOS][:beam]
         steps = step + 1
-        if not alive or (len(finished) >= n_best
-                         and finished[n_best - 1][1] > alive[0][1] / lp(max_len)):
+        if stop == "full":
+            done = count >= beam
+        else:
+            done = (len(finished) >= n_best
+                    and finished[n_best - 1][1] > alive[0][1] / lp(max_len))
+        if not alive or done:
             break
     rest = sorted(((seq, t / lp(steps)) for seq, t in alive), key=lambda a: -a[1])
     return (finished + rest)[:beam]
@@ -482,6 +490,53 @@ def test_eos_candidates_top_w_drops_an_eos_ranked_beyond_the_beam():
     assert got["top_w"][0][0] in (a, b) and got["top_w"][1] < got["all"][1]
     with pytest.raises(ValueError, match="eos_candidates"):
         run_beam(table, 5, 0.0, beam_size=2, eos_candidates="top")
+
+
+def test_full_stop_ends_a_row_once_w_finished_and_may_lose_a_better_one():
+    """W=2, top_w, alpha 0. BOS: a .6, EOS .3 (both in the top 2: EOS finishes); a: b .85,
+    EOS .1 (a EOS, .06, is the step's second: the finished set is full); a b: EOS .9, so
+    a b EOS scores .459, above EOS's .3. stop="full" ends the row at step 2 with [EOS];
+    "exact" goes on (.3 does not beat the alive .51) and returns a b EOS at step 3. Each
+    equals the reference search of its rule; an unknown rule is refused by name."""
+    a, b = 0, 2
+    table = probs_table(B, 5, {(0, BOS): {a: 0.6, EOS: 0.3}, (1, a): {b: 0.85, EOS: 0.1},
+                               (2, b): {EOS: 0.9}})
+    got = {}
+    for stop in ("exact", "full"):
+        out = run_beam(table, 5, 0.0, beam_size=2, eos_candidates="top_w", stop=stop,
+                       chunk_size=1)  # num_steps: the steps until every row was done
+        want = reference_beam(lambda s: log_softmax(table[0, len(s), s[-1] if s else BOS]),
+                              V, 2, 5, 0.0, eos_candidates="top_w", stop=stop)
+        for r in range(B):
+            assert [strip(out.tokens[r, w], out.lengths[r, w]) for w in range(2)] == \
+                [list(seq) for seq, _ in want], (stop, r)
+            np.testing.assert_allclose(out.scores[r], [s for _, s in want], rtol=1e-5)
+        got[stop] = (strip(out.tokens[0, 0], out.lengths[0, 0]), float(out.scores[0, 0]),
+                     int(out.num_steps))
+    assert got["full"] == ([EOS], pytest.approx(np.log(0.3), rel=1e-5), 2)
+    assert got["exact"] == ([a, b, EOS], pytest.approx(np.log(0.6 * 0.85 * 0.9), rel=1e-5), 3)
+    with pytest.raises(ValueError, match="stop must be one of"):
+        run_beam(table, 5, 0.0, beam_size=2, stop="patience")
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_full_stop_matches_the_plain_reference_on_random_chains(alpha):
+    """Random first-order chains, W=3, top_w: under either rule every row's hypotheses
+    and scores equal the plain reference search's of that rule (and the rules' W-best
+    lists differ on these rows, so each comparison tells the rules apart)."""
+    tokens = {}
+    for stop in ("exact", "full"):
+        table = random_table(7, rows=6, steps=9)
+        out = run_beam(table, 9, alpha, beam_size=3, eos_candidates="top_w", stop=stop)
+        for r in range(6):
+            want = reference_beam(lambda s: log_softmax(table[r, len(s), s[-1] if s else BOS]),
+                                  V, 3, 9, alpha, eos_candidates="top_w", stop=stop)
+            got = [strip(out.tokens[r, w], out.lengths[r, w]) for w in range(len(want))]
+            assert got == [list(seq) for seq, _ in want], (stop, r)
+            np.testing.assert_allclose(out.scores[r, :len(want)], [s for _, s in want],
+                                       rtol=1e-5, atol=1e-5)
+        tokens[stop] = np.asarray(out.tokens)
+    assert (tokens["exact"] != tokens["full"]).any(axis=(1, 2)).sum() >= 3
 
 
 @pytest.mark.slow
