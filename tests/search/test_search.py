@@ -458,12 +458,14 @@ def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1, eos_candidate
         finished = sorted(finished, key=lambda f: -f[1])[:beam]
         alive = [(alive[b][0] + (v,), t) for t, b, v in top if v != EOS][:beam]
         steps = step + 1
+        if not alive:
+            break
         if stop == "full":
             done = count >= beam
         else:
             done = (len(finished) >= n_best
                     and finished[n_best - 1][1] > alive[0][1] / lp(max_len))
-        if not alive or done:
+        if done:
             break
     rest = sorted(((seq, t / lp(steps)) for seq, t in alive), key=lambda a: -a[1])
     return (finished + rest)[:beam]
