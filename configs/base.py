@@ -120,7 +120,8 @@ def get_config() -> ml_collections.ConfigDict:
     # may take per device (batches shrink to fit); "0" = no limit. A string, so that
     # --config.decode.memory_limit=2GB overrides it
     e.eos_candidates = "top_w"  # beam: the W best may finish (fairseq, CT2) | all: the 2W
-    e.stop = "full"  # beam: done once beam_size finished | exact: once nothing alive can win
+    e.stop = "full"  # beam: done once beam_size finished (or exact holds) | exact: once
+    # nothing alive can win
     e.shrink_floor = 8  # batches drop finished sentences in halving stages to this; 0: never
     e.continuous = False  # beam search refills each device's slots as sentences finish
     e.dtype = "auto"  # auto (float32 on a CPU) | model | float32 | bfloat16 | int8

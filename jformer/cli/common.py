@@ -53,8 +53,9 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", choices=("exact", "full"), default=None,
                    help="beam search: when a sentence is done; exact (once no alive "
                         "hypothesis can beat its best finished one; Flax WMT, T5X) or full "
-                        "(once beam-size hypotheses have finished; fairseq, Marian, "
-                        "CTranslate2; with top_w); default: the run's decode.stop")
+                        "(once beam-size hypotheses have finished, as fairseq, Marian, "
+                        "CTranslate2, or sooner where exact holds; with top_w); default: "
+                        "the run's decode.stop")
     p.add_argument("--shrink-floor", type=int, default=None, metavar="N",
                    help="greedy and beam batches drop finished sentences in halving stages "
                         "down to N sentences (0: never; default: the run's "

@@ -44,9 +44,9 @@ class DecodeConfig:
     # Marian; gives their outputs exactly). jformer.search.beam says more.
     eos_candidates: str = "top_w"
     # Beam search: when a sentence is done. full: once beam_size hypotheses have finished
-    # (fairseq, Marian, CTranslate2; meant with top_w) | exact: once no alive hypothesis
-    # can beat its best finished one within the output limit (Flax WMT, T5X; steps on
-    # under a length penalty). The defaults' speed and BLEU against exact, all (the
+    # (fairseq, Marian, CTranslate2; meant with top_w), or sooner where exact holds |
+    # exact: once no alive hypothesis can beat its best finished one within the output
+    # limit (Flax WMT, T5X; steps on under a length penalty). The defaults' speed and BLEU against exact, all (the
     # defaults before 2026-12-01, which a workdir written then keeps): bench/README.md.
     stop: str = "full"
     # Greedy and beam batches drop their finished sentences in halving stages down to

@@ -21,14 +21,17 @@ When a row is done is ``stop`` (:data:`STOP_RULES`):
   alpha >= 0, the penalty grows with length), as the Flax WMT example, T5X and Hugging
   Face's ``early_stopping="never"`` do: no hypothesis the beam holds could beat its result.
 - ``"full"``: once W hypotheses have finished, as fairseq, Marian, CTranslate2 (patience
-  1) and Hugging Face's ``early_stopping=True`` do. Meant with ``top_w``: under ``all``
-  the finished set also fills with the EOS candidates ranked W..2W-1.
+  1) and Hugging Face's ``early_stopping=True`` do, or sooner where the exact rule holds
+  (it stops no later than either rule, and its n_best results are those of W finished:
+  once the exact rule holds, no alive hypothesis can enter them). Meant with ``top_w``:
+  under ``all`` the finished set also fills with the EOS candidates ranked W..2W-1.
 
-Neither rule always stops first: the exact one may hold with one hypothesis finished,
-the full one waits for W. Where the full rule stops first, an alive hypothesis that would
-have finished with a better score is lost; under a length penalty it usually stops
-first, since the exact bound allows for hypotheses growing to max_len. A done row's
-outputs freeze, so each row's result is what it would get decoded alone.
+Where W finish before the exact rule holds, an alive hypothesis that would have finished
+with a better score is lost; under a length penalty that is common, since the exact
+bound allows for hypotheses growing to max_len. The exact rule alone can run long where
+a confident model's other beams rarely end (its best finishes early, beats every alive
+score, and the row stops: that is where the full rule's second clause helps). A done
+row's outputs freeze, so each row's result is what it would get decoded alone.
 
 The last position (``max_len - 1``) forces EOS, as fairseq does: hypotheses still alive
 there finish, paying their EOS log-prob, and compete on score with the others. Without
@@ -92,9 +95,11 @@ def exact_stop(fin_score_BW: jax.Array, best_alive_B: jax.Array, *, max_len: jax
 def full_stop(fin_score_BW: jax.Array, best_alive_B: jax.Array, *, max_len: jax.typing.ArrayLike,
               alpha: jax.typing.ArrayLike, n_best: int) -> jax.Array:
     """``stop="full"``: W hypotheses have finished (the W-place finished set is full;
-    n_best <= W of them are then finished)."""
-    del best_alive_B, max_len, alpha, n_best
-    return fin_score_BW[:, -1] > -jnp.inf
+    n_best <= W of them are then finished), or :func:`exact_stop` holds (then no alive
+    hypothesis can enter the n_best best, so stopping changes none of them)."""
+    full_B = fin_score_BW[:, -1] > -jnp.inf
+    return full_B | exact_stop(fin_score_BW, best_alive_B, max_len=max_len, alpha=alpha,
+                               n_best=n_best)
 
 
 STOP_RULES: dict[str, StopRule] = {"exact": exact_stop, "full": full_stop}

@@ -438,7 +438,7 @@ def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1, eos_candidate
     EOS counted; with eos_candidates="top_w" only those ranked among the first W, as
     fairseq does), the best W others stay alive; EOS is forced at the last position; the
     search stops once the n_best-th finished score beats the best alive log-prob at the
-    longest length's penalty (stop="full": once W hypotheses have finished, as fairseq).
+    longest length's penalty (stop="full": or once W hypotheses have finished, as fairseq).
     Returns [(tokens, score)], finished first, best first."""
     lp = lambda n: ((5.0 + n) / 6.0) ** alpha  # noqa: E731
     alive, finished, steps, count = [((), 0.0)], [], 0, 0
@@ -460,12 +460,9 @@ def reference_beam(logp_fn, vocab, beam, max_len, alpha, n_best=1, eos_candidate
         steps = step + 1
         if not alive:
             break
-        if stop == "full":
-            done = count >= beam
-        else:
-            done = (len(finished) >= n_best
-                    and finished[n_best - 1][1] > alive[0][1] / lp(max_len))
-        if done:
+        exact = (len(finished) >= n_best
+                 and finished[n_best - 1][1] > alive[0][1] / lp(max_len))
+        if exact or (stop == "full" and count >= beam):
             break
     rest = sorted(((seq, t / lp(steps)) for seq, t in alive), key=lambda a: -a[1])
     return (finished + rest)[:beam]
@@ -528,7 +525,7 @@ def test_full_stop_matches_the_plain_reference_on_random_chains(alpha):
     lists differ on these rows, so each comparison tells the rules apart)."""
     tokens = {}
     for stop in ("exact", "full"):
-        table = random_table(7, rows=6, steps=9)
+        table = random_table(8, rows=6, steps=9, eos_bonus=1.2)
         out = run_beam(table, 9, alpha, beam_size=3, eos_candidates="top_w", stop=stop)
         for r in range(6):
             want = reference_beam(lambda s: log_softmax(table[r, len(s), s[-1] if s else BOS]),
@@ -538,7 +535,7 @@ def test_full_stop_matches_the_plain_reference_on_random_chains(alpha):
             np.testing.assert_allclose(out.scores[r, :len(want)], [s for _, s in want],
                                        rtol=1e-5, atol=1e-5)
         tokens[stop] = np.asarray(out.tokens)
-    assert (tokens["exact"] != tokens["full"]).any(axis=(1, 2)).sum() >= 3
+    assert (tokens["exact"] != tokens["full"]).any(axis=(1, 2)).sum() >= 2
 
 
 @pytest.mark.slow
