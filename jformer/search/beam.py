@@ -15,8 +15,9 @@ Which EOS candidates may finish is ``eos_candidates``:
 
 When a row is done is ``stop`` (:data:`STOP_RULES`):
 
-- ``"exact"`` (default): once its best (or, asked for n-best lists, its n-th best)
-  finished score beats the best score any alive hypothesis can still reach,
+- ``"exact"`` (:func:`beam_search`'s default; ``decode.stop``'s is ``"full"``): once its
+  best (or, asked for n-best lists, its n-th best) finished score beats the best score
+  any alive hypothesis can still reach,
   ``best_alive_log_prob / length_penalty(max_len)`` (log-probs only decrease and, for
   alpha >= 0, the penalty grows with length), as the Flax WMT example, T5X and Hugging
   Face's ``early_stopping="never"`` do: no hypothesis the beam holds could beat its result.
