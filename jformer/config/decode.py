@@ -46,8 +46,9 @@ class DecodeConfig:
     # Beam search: when a sentence is done. full: once beam_size hypotheses have finished
     # (fairseq, Marian, CTranslate2; meant with top_w), or sooner where exact holds |
     # exact: once no alive hypothesis can beat its best finished one within the output
-    # limit (Flax WMT, T5X; steps on under a length penalty). The defaults' speed and BLEU against exact, all (the
-    # defaults before 2026-12-01, which a workdir written then keeps): bench/README.md.
+    # limit (Flax WMT, T5X; steps on under a length penalty). The defaults' speed and
+    # BLEU against exact, all (the defaults before 2026-12-01, which a workdir written
+    # then keeps): bench/README.md.
     stop: str = "full"
     # Greedy and beam batches drop their finished sentences in halving stages down to
     # this many sentences (0: never; jformer.search.shrink): fewer rows stepped, at the

@@ -37,7 +37,7 @@ from jax import lax
 from jformer import search
 from jformer.config import ModelConfig
 from jformer.inference.batch_decode import (DECODE_COMPILER_OPTIONS, SearchSpec,
-                                            encode_and_init, make_step_fn)
+                                            encode_and_init, make_step_fn, padded_sources)
 from jformer.inference.buckets import bucket_for
 from jformer.inference.keys import key_source
 from jformer.inference.settings import SearchSettings, check_positive_int
@@ -217,8 +217,7 @@ def _piece_tokens(translator: Translator, settings: SearchSettings, ids: np.ndar
     spec = settings.spec(translator.output_positions(bucket, settings.max_len),
                          translator.chunk_size, translator.decode_cfg.eos_candidates,
                          stop=translator.decode_cfg.stop)
-    inputs_BS = np.full((1, bucket), cfg.pad_id, np.int32)
-    inputs_BS[0, :len(ids)] = ids
+    inputs_BS = padded_sources(cfg, [ids], bucket, 1)
     valid_B = np.ones(1, bool)
     knobs = (keys_B, np.float32(settings.penalty_alpha), np.float32(settings.temperature))
     static = dict(model_cfg=cfg, ops=translator.ops, spec=spec)

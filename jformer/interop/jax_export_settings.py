@@ -67,12 +67,10 @@ class ExportSettings:
                                              and self.max_len <= model_cfg.max_len):
             raise ValueError(f"--max-len must be an int in [1, model.max_len="
                              f"{model_cfg.max_len}]; got {self.max_len!r}")
-        if self.eos_candidates not in EOS_CANDIDATES:
-            raise ValueError(f"decode.eos_candidates must be one of {EOS_CANDIDATES}; "
-                             f"got {self.eos_candidates!r}")
-        if self.stop not in STOP_RULE_NAMES:
-            raise ValueError(f"decode.stop must be one of {STOP_RULE_NAMES}; "
-                             f"got {self.stop!r}")
+        for name, choices in (("eos_candidates", EOS_CANDIDATES), ("stop", STOP_RULE_NAMES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"decode.{name} must be one of {choices}; "
+                                 f"got {getattr(self, name)!r}")
         self._check_steering()
         if self.shortlist_size >= model_cfg.vocab_size:
             raise ValueError(f"--shortlist-size {self.shortlist_size} is not below the "
