@@ -82,7 +82,7 @@ def translate_modules(platform: str, int8: bool = False) -> list[str]:
     # shrink_floor 2: the batch of 4 goes on with 2 as sources finish, as the
     # Translator's batches do (jformer.search.shrink)
     for spec in (SearchSpec("greedy", 1, 24, shrink_floor=2),
-                 SearchSpec("beam", 4, 24, shrink_floor=2)):
+                 SearchSpec("beam", 4, 24, shrink_floor=2, rules=DecodeConfig().rules)):
         out.append(lowered(decode_batch, platform, params, prepared, inputs, valid, keys,
                            np.float32(DecodeConfig().alpha), np.float32(1.0),
                            model_cfg=cfg, ops=ops, spec=spec))

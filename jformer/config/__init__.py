@@ -14,22 +14,23 @@ One module per concern:
 Import the public names from here: ``from jformer.config import ModelConfig``.
 """
 from jformer.config.data import VOCAB_MODEL_TYPES, VOCABS, DataConfig
-from jformer.config.decode import (DECODE_DTYPES, EOS_CANDIDATES, OVERLONG_POLICIES,
-                                   STOP_RULE_NAMES, DecodeConfig)
+from jformer.config.decode import (DECODE_DTYPES, EOS_CANDIDATES, EXACT_ALL,
+                                   OVERLONG_POLICIES, STOP_RULE_NAMES, BeamRules,
+                                   DecodeConfig)
 from jformer.config.fields import JAX_SEED_LIMIT, ConfigError
 from jformer.config.model import (ACTIVATIONS, DECODER_STARTS, DTYPES, OPS_CHOICES, NORM_KINDS,
                                   POSITIONAL_KINDS, ModelConfig, resolve_ops)
 from jformer.config.root import Config, check_training_config, from_config_dict, to_dict
 from jformer.config.tasks import (TASK_KINDS, BertConfig, FinetuneConfig, PretrainConfig,
                                   TaskConfig)
-from jformer.config.train import (AUTO_COORDINATOR, SCHEDULES, SELECTION_METRICS, TrainConfig,
-                                  check_coordinator)
+from jformer.config.train import (AUTO_COORDINATOR, COMPUTE_DTYPES, SCHEDULES,
+                                  SELECTION_METRICS, TrainConfig, check_coordinator)
 from jformer.config.units import parse_bytes
 
 __all__ = [
-    "ACTIVATIONS", "AUTO_COORDINATOR", "BertConfig", "Config", "ConfigError",
+    "ACTIVATIONS", "AUTO_COORDINATOR", "BeamRules", "COMPUTE_DTYPES", "BertConfig", "Config", "ConfigError",
     "DECODER_STARTS", "DECODE_DTYPES", "DTYPES", "DataConfig", "DecodeConfig",
-    "EOS_CANDIDATES", "FinetuneConfig", "JAX_SEED_LIMIT",
+    "EOS_CANDIDATES", "EXACT_ALL", "FinetuneConfig", "JAX_SEED_LIMIT",
     "OPS_CHOICES", "ModelConfig", "NORM_KINDS", "OVERLONG_POLICIES", "POSITIONAL_KINDS",
     "PretrainConfig", "SCHEDULES", "SELECTION_METRICS", "STOP_RULE_NAMES", "TASK_KINDS",
     "TaskConfig",

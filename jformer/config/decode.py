@@ -18,6 +18,36 @@ DECODE_DTYPES = ("auto", "model") + DTYPES + ("int8",)  # decode.dtype (jformer.
 
 
 @dataclasses.dataclass(frozen=True)
+class BeamRules:
+    """Beam search's two rules, which travel together from the run's decode config
+    (:attr:`DecodeConfig.rules`) to the compiled search: ``eos_candidates``, which of a
+    step's 2W candidates may finish with EOS (:data:`EOS_CANDIDATES`), and ``stop``, when
+    a sentence is done (:data:`STOP_RULE_NAMES`). Neither has a default, so a search
+    built from a config never falls back to rules the run did not choose; a value
+    outside its choices is a ValueError naming the decode field."""
+
+    eos_candidates: str
+    stop: str
+
+    def __post_init__(self) -> None:
+        for name, choices in (("eos_candidates", EOS_CANDIDATES), ("stop", STOP_RULE_NAMES)):
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(f"decode.{name} must be one of {choices}; got {value!r}")
+
+    def search_kwargs(self) -> dict[str, str]:
+        """The keyword arguments of :func:`jformer.search.beam_search` (and beam_step,
+        constrained_beam_search) that these rules set."""
+        return dict(eos_candidates=self.eos_candidates, stop=self.stop)
+
+
+# The rules of the Flax WMT example and T5X: jformer.search.beam_search's defaults, the
+# decode config's before 2026-12-01 (config.root.FORMER_DEFAULTS), and a SearchSpec's
+# when built by hand without rules (benchmarks, tests).
+EXACT_ALL = BeamRules("all", "exact")
+
+
+@dataclasses.dataclass(frozen=True)
 class DecodeConfig:
     """Search settings used by evaluation and ``jformer translate``."""
 
@@ -115,6 +145,11 @@ class DecodeConfig:
               f"ceil(decode.max_len_a * {shortest} + decode.max_len_b) >= 1, at least one "
               f"output token for the shortest source bucket (decode.length_buckets[0]="
               f"{shortest}, decode.max_len_a={self.max_len_a})", self.max_len_b)
+
+    @property
+    def rules(self) -> BeamRules:
+        """Beam search's rules of this config: ``eos_candidates`` and ``stop``."""
+        return BeamRules(self.eos_candidates, self.stop)
 
     @property
     def memory_limit_bytes(self) -> int:

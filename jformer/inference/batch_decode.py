@@ -18,7 +18,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jformer import search
-from jformer.config import ModelConfig
+from jformer.config import EXACT_ALL, BeamRules, ModelConfig
 from jformer.mesh import AXIS
 from jformer.model import DecodeCache, Ops, Transformer
 from jformer.model.embeddings import SHORTLIST
@@ -50,8 +50,9 @@ class SearchSpec:
     top_k: int = 0
     chunk_size: int = CHUNK_SIZE
     n_best: int = 1  # beam: stop a row once this many finished ones can't be beaten
-    eos_candidates: str = "all"  # beam: which of the 2W candidates may finish (all | top_w)
-    stop: str = "exact"  # beam: when a row is done (exact | full; search.STOP_RULES)
+    # beam: which of the 2W candidates may finish, when a row is done (the run's
+    # decode.rules through SearchSettings.spec; EXACT_ALL only for specs built by hand)
+    rules: BeamRules = EXACT_ALL
     prefix_len: int = 0  # target prefixes: their padded length P (0: none)
     prefix_bias: bool = False  # soft prefixes (prefix_beta), not forced ones
     constraint_count: int = 0  # lexical constraints (beam): phrases C per row (0: none)
@@ -249,7 +250,7 @@ def decode_program(params: PyTree, prepared: PyTree, inputs_BS: Array, valid_B: 
     if beam:
         beam_kw = dict(beam_size=spec.beam_size, alpha=alpha, reorder=ops.cache.reorder,
                        n_best=spec.n_best, candidates=ranks.beam_candidates,
-                       eos_candidates=spec.eos_candidates, stop=spec.stop, **common)
+                       **spec.rules.search_kwargs(), **common)
         if spec.constraint_count:
             return search.constrained_beam_search(step_fn, state, constraints_BCL,
                                                   phrase_ends=phrase_ends_V, **beam_kw)

@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jformer.config import BeamRules
 from jformer.data.tokenizer import WORD_START
 
 MAX_PHRASES = 8
@@ -94,8 +95,7 @@ def for_sources(wanted: list[list[np.ndarray] | None], owner: np.ndarray,
 
 
 def batch_constraints(wanted: Sequence[list[np.ndarray] | None], owners: Sequence[int],
-                      rows: int, spec, beam_size: int, n_best: int, eos_candidates: str,
-                      stop: str = "exact"):
+                      rows: int, spec, beam_size: int, n_best: int, rules: BeamRules):
     """(constraints int32 [rows, C, L] or None, the batch's SearchSpec): None and
     ``spec`` when no row has constraints; else the constrained beam search's spec.
     A row whose phrases (plus EOS) exceed spec.max_len is refused by name."""
@@ -115,8 +115,8 @@ def batch_constraints(wanted: Sequence[list[np.ndarray] | None], owners: Sequenc
         for c, p in enumerate(phrases or ()):
             out[r, c, :len(p)] = p
     return out, dataclasses.replace(
-        spec, method="beam", beam_size=beam_size, n_best=n_best,
-        eos_candidates=eos_candidates, stop=stop, constraint_count=count, constraint_len=width)
+        spec, method="beam", beam_size=beam_size, n_best=n_best, rules=rules,
+        constraint_count=count, constraint_len=width)
 
 
 @functools.lru_cache(maxsize=8)

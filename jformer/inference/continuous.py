@@ -146,8 +146,7 @@ def engine_advance(params: PyTree, prepared: PyTree, state: Slots,
         c = beam_step(c, step_B, step_fn, ops.cache.reorder, max_len=spec.max_len,
                       alpha=alpha, eos_id=cfg.eos_id, pad_id=cfg.pad_id, min_len=0,
                       n_best=spec.n_best, candidates=ranks.beam_candidates,
-                      eos_candidates=spec.eos_candidates, stop=spec.stop,
-                      normalize=ranks.log_softmax,
+                      **spec.rules.search_kwargs(), normalize=ranks.log_softmax,
                       limit_B=state.limit_B)
         # a slot that has stepped to its limit is done, as a batch's loop ends at max_len
         # (whether or not the stopping rule holds: fewer than n_best finished, NaNs)

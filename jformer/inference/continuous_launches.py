@@ -68,8 +68,7 @@ class SlotDecoder:
         self.settings = settings
         self.src_len = t.buckets[-1]
         out_len = t.output_positions(self.src_len, settings.max_len)
-        self.spec = settings.spec(out_len, t.chunk_size, t.decode_cfg.eos_candidates,
-                                  stop=t.decode_cfg.stop)
+        self.spec = settings.spec(out_len, t.chunk_size, t.decode_cfg.rules)
         self.slots = t.rows_for_batch(batch_size, self.src_len, self.spec)
         self.static = dict(model_cfg=t.model_cfg, ops=t.ops, spec=self.spec)
         self.alpha = np.float32(settings.penalty_alpha)

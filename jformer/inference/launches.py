@@ -101,8 +101,7 @@ def launch(translator, sources, settings: SearchSettings, batch_size: int,
     if continuous_launches.eligible(t, settings, prefix_ids, phrases):
         return continuous_launches.ContinuousLaunches(t, sources, settings, batch_size)
     specs = {bucket: settings.spec(t.output_positions(bucket, settings.max_len),
-                                   t.chunk_size, t.decode_cfg.eos_candidates,
-                                   t.decode_cfg.shrink_floor, t.decode_cfg.stop)
+                                   t.chunk_size, t.decode_cfg.rules, t.decode_cfg.shrink_floor)
              for bucket in t.buckets}
     caps: dict[int, int] = {}
 
@@ -127,7 +126,7 @@ def launch(translator, sources, settings: SearchSettings, batch_size: int,
             specs[bucket], prefix_len=prefix_BP.shape[1], prefix_bias=beta is not None)
         cons_BCL, spec = batch_constraints(
             [phrases[i] for i in idx], sources.owner[idx], rows, spec, settings.beam_size,
-            settings.n_best, t.decode_cfg.eos_candidates, t.decode_cfg.stop)
+            settings.n_best, t.decode_cfg.rules)
         short_C = shortlists.for_batch(
             t.shortlist, [sources.ids[i] for i in idx],
             [batch_prefix, [phrases[i] for i in idx]],

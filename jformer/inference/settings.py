@@ -2,7 +2,7 @@
 checked, and normalised so that equal settings decode alike.
 
     SearchSettings.of(decode_cfg, method="beam", beam_size=4)   # what translate() runs
-    settings.spec(max_len, chunk_size, eos_candidates)          # its compiled search
+    settings.spec(max_len, chunk_size, decode_cfg.rules)        # its compiled search
 
 The Translator resolves every call's arguments here, and the server's batcher groups
 requests by the same value: fields a method does not use get fixed values, so two
@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from jformer import search
-from jformer.config import DecodeConfig
+from jformer.config import BeamRules, DecodeConfig
 from jformer.inference.batch_decode import SearchSpec
 
 METHODS = ("beam", "greedy", "sample")
@@ -83,17 +83,16 @@ class SearchSettings:
         """The length-penalty exponent the search is scored with (0 but for beam)."""
         return self.alpha if self.method == "beam" else 0.0
 
-    def spec(self, max_len: int, chunk_size: int, eos_candidates: str,
-             shrink_floor: int = 0, stop: str = "exact") -> SearchSpec:
+    def spec(self, max_len: int, chunk_size: int, rules: BeamRules,
+             shrink_floor: int = 0) -> SearchSpec:
         """The compiled search for ``max_len`` output positions; fields the search does
         not read keep their defaults (fewer compiles). ``shrink_floor`` (greedy and beam;
         ``decode.shrink_floor``): batches drop finished sentences in halving stages down
-        to that many (0: never). ``eos_candidates``, ``stop``: beam search's rules
-        (``decode.eos_candidates``, ``decode.stop``)."""
+        to that many (0: never). ``rules``: beam search's (``decode_cfg.rules``; no
+        default, so every caller searches with the rules its run chose)."""
         if self.method == "beam" and self.beam_size > 1:
             return SearchSpec("beam", self.beam_size, max_len, chunk_size=chunk_size,
-                              n_best=self.n_best, eos_candidates=eos_candidates,
-                              shrink_floor=shrink_floor, stop=stop)
+                              n_best=self.n_best, rules=rules, shrink_floor=shrink_floor)
         if self.method == "sample":
             return SearchSpec("sample", 1, max_len, top_k=self.top_k, chunk_size=chunk_size)
         return SearchSpec("greedy", 1, max_len, chunk_size=chunk_size,

@@ -86,9 +86,7 @@ def _search(cfg: ModelConfig, ops: Ops, spec: SearchSpec, keys_B: Array, alpha: 
     if spec.method == "beam":
         settings = dict(max_len=spec.max_len, alpha=alpha, min_len=spec.min_len,
                         n_best=spec.n_best, candidates=ops.beam_candidates,
-                        eos_candidates=spec.eos_candidates, stop=spec.stop,
-                        normalize=ops.log_softmax,
-                        **ids)
+                        **spec.rules.search_kwargs(), normalize=ops.log_softmax, **ids)
         return _Search(
             lambda state: search.beam_init(state, batch_size=1, beam_size=spec.beam_size,
                                            max_len=spec.max_len, bos_id=cfg.start_id,
@@ -215,8 +213,7 @@ def _piece_tokens(translator: Translator, settings: SearchSettings, ids: np.ndar
     cfg = translator.model_cfg
     bucket = bucket_for(len(ids), translator.buckets)
     spec = settings.spec(translator.output_positions(bucket, settings.max_len),
-                         translator.chunk_size, translator.decode_cfg.eos_candidates,
-                         stop=translator.decode_cfg.stop)
+                         translator.chunk_size, translator.decode_cfg.rules)
     inputs_BS = padded_sources(cfg, [ids], bucket, 1)
     valid_B = np.ones(1, bool)
     knobs = (keys_B, np.float32(settings.penalty_alpha), np.float32(settings.temperature))

@@ -172,7 +172,7 @@ def manifest(model_cfg: ModelConfig, settings: ExportSettings, out_lens: Mapping
         "max_output_len": {str(b): n for b, n in out_lens.items()},
         "method": settings.method, "beam_size": settings.beam_size,
         "alpha": float(settings.alpha), "max_len": settings.max_len,
-        "eos_candidates": settings.eos_candidates, "stop": settings.stop,
+        "eos_candidates": settings.rules.eos_candidates, "stop": settings.rules.stop,
         "prefix_len": settings.prefix_len, "prefix_bias": settings.prefix_bias,
         "constraint_count": settings.constraint_count,
         "constraint_len": settings.constraint_len, "int8": settings.int8,

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jformer.config import EOS_CANDIDATES, STOP_RULE_NAMES, DecodeConfig, ModelConfig
+from jformer.config import BeamRules, DecodeConfig, ModelConfig
 # CHUNK_SIZE: the Translator's default, which also rounds the output-length rule
 # (output_len), so it is the same here for equal outputs.
 from jformer.inference.batch_decode import CHUNK_SIZE, SearchSpec
@@ -37,8 +37,6 @@ class ExportSettings:
     alpha: float = 0.6
     max_len: int | None = None
     platforms: tuple[str, ...] = ("cpu",)
-    eos_candidates: str = "all"  # beam: decode.eos_candidates of the run
-    stop: str = "exact"  # beam: decode.stop of the run
     prefix_len: int = 0  # target prefixes of up to this many tokens (0: no prefix argument)
     prefix_bias: bool = False  # the prefixes bias (prefix_beta) instead of being forced
     constraint_count: int = 0  # lexical constraints: phrases per row (0: no argument)
@@ -46,6 +44,8 @@ class ExportSettings:
     int8: bool = False  # int8 decode steps (decode.dtype "int8"; jformer.model.int8)
     # a vocabulary shortlist: a second program set takes shortlist_C int32 [C] (0: none)
     shortlist_size: int = 0
+    # beam search's rules: the run's decode.rules (default_settings); named, never defaulted
+    rules: BeamRules = dataclasses.field(kw_only=True)
 
     def check(self, model_cfg: ModelConfig) -> None:
         """Raises ValueError naming the command-line option of a value that cannot hold."""
@@ -67,10 +67,8 @@ class ExportSettings:
                                              and self.max_len <= model_cfg.max_len):
             raise ValueError(f"--max-len must be an int in [1, model.max_len="
                              f"{model_cfg.max_len}]; got {self.max_len!r}")
-        for name, choices in (("eos_candidates", EOS_CANDIDATES), ("stop", STOP_RULE_NAMES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"decode.{name} must be one of {choices}; "
-                                 f"got {getattr(self, name)!r}")
+        if not isinstance(self.rules, BeamRules):
+            raise ValueError(f"rules must be a BeamRules; got {self.rules!r}")
         self._check_steering()
         if self.shortlist_size >= model_cfg.vocab_size:
             raise ValueError(f"--shortlist-size {self.shortlist_size} is not below the "
@@ -102,12 +100,11 @@ class ExportSettings:
         steer = dict(prefix_len=self.prefix_len, prefix_bias=self.prefix_bias)
         if self.constraint_count:  # as inference.constraints.batch_constraints
             return SearchSpec("beam", self.beam_size, out_len, chunk_size=CHUNK_SIZE,
-                              eos_candidates=self.eos_candidates, stop=self.stop,
-                              constraint_count=self.constraint_count,
+                              rules=self.rules, constraint_count=self.constraint_count,
                               constraint_len=self.constraint_len, **steer)
         if self.method == "beam" and self.beam_size > 1:
             return SearchSpec("beam", self.beam_size, out_len, chunk_size=CHUNK_SIZE,
-                              eos_candidates=self.eos_candidates, stop=self.stop, **steer)
+                              rules=self.rules, **steer)
         return SearchSpec("greedy", 1, out_len, chunk_size=CHUNK_SIZE, **steer)
 
     def steering_args(self) -> list[tuple[str, jax.ShapeDtypeStruct]]:
@@ -160,11 +157,10 @@ def _positive(value: Any) -> bool:
 def default_settings(model_cfg: ModelConfig, decode_cfg: DecodeConfig,
                      **overrides: Any) -> ExportSettings:
     """Settings from the run's decode config (buckets as the Translator's, beam size,
-    alpha, eos_candidates, stop), with the ``overrides`` that are not None; checked."""
+    alpha, beam rules), with the ``overrides`` that are not None; checked."""
     base = dict(buckets=source_buckets(decode_cfg, model_cfg.max_len),
                 beam_size=decode_cfg.beam_size, alpha=decode_cfg.alpha,
-                eos_candidates=decode_cfg.eos_candidates, stop=decode_cfg.stop,
-                int8=decode_cfg.dtype == "int8")
+                rules=decode_cfg.rules, int8=decode_cfg.dtype == "int8")
     base.update({k: v for k, v in overrides.items() if v is not None})
     base["buckets"], base["platforms"] = tuple(base["buckets"]), tuple(base.get(
         "platforms", ("cpu",)))

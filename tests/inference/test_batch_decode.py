@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from jformer.config import BeamRules
 from jformer.inference.batch_decode import SearchSpec, decode_batch
 from jformer.kernels.ops import CPU
 from jformer.model import Transformer
@@ -28,7 +29,8 @@ def sources(cfg, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("ops, spec", [
-    pytest.param(CPU, SearchSpec("beam", 4, 20, chunk_size=4, eos_candidates="top_w"),
+    pytest.param(CPU, SearchSpec("beam", 4, 20, chunk_size=4,
+                                 rules=BeamRules("top_w", "exact")),
                  marks=pytest.mark.slow),
     pytest.param(CPU, SearchSpec("greedy", 1, 20, chunk_size=4), marks=pytest.mark.slow),
     pytest.param(STOCK, SearchSpec("beam", 4, 18, chunk_size=4, n_best=2),

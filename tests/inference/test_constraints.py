@@ -6,6 +6,7 @@ refused by name."""
 import numpy as np
 import pytest
 
+from jformer.config import EXACT_ALL, BeamRules
 from jformer.inference import constraints as lexical
 from jformer.inference.batch_decode import trace_count
 from jformer.inference.translator import Translator
@@ -103,11 +104,13 @@ def test_batch_layout_pads_to_powers_of_two():
               [np.array([7], np.int32), np.array([1, 2, 3, 4, 5], np.int32),
                np.array([9], np.int32)]]
     cons, spec = lexical.batch_constraints(wanted, [0, 1, 2], 4, SearchSpec(max_len=20),
-                                           beam_size=2, n_best=1, eos_candidates="all")
+                                           beam_size=2, n_best=1,
+                                           rules=BeamRules("top_w", "full"))
+    assert spec.rules == BeamRules("top_w", "full")
     assert cons.shape == (4, 4, 8) and spec.constraint_count == 4 and spec.method == "beam"
     assert cons[0, 0, :3].tolist() == [5, 6, -1] and (cons[1] == -1).all()
     assert cons[2, 1, :5].tolist() == [1, 2, 3, 4, 5] and (cons[3] == -1).all()
-    assert lexical.batch_constraints([None], [0], 1, SearchSpec(), 2, 1, "all") == (
+    assert lexical.batch_constraints([None], [0], 1, SearchSpec(), 2, 1, EXACT_ALL) == (
         None, SearchSpec())
 
 

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from jformer.config import DecodeConfig
+from jformer.config import EXACT_ALL, BeamRules, DecodeConfig
 from jformer.inference.batch_decode import SearchSpec
 from jformer.inference.settings import SearchSettings
 
@@ -28,24 +28,44 @@ def test_fields_a_method_ignores_are_fixed_so_equal_searches_compare_equal():
 
 def test_spec_and_penalty_per_method():
     beam = SearchSettings.of(CFG, n_best=2)
-    assert beam.spec(40, 8, "top_w") == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
-                                                   eos_candidates="top_w")
-    assert beam.spec(40, 8, "top_w", 8) == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
-                                                      eos_candidates="top_w", shrink_floor=8)
-    assert beam.spec(40, 8, "top_w", stop="full") == SearchSpec(
-        "beam", 5, 40, chunk_size=8, n_best=2, eos_candidates="top_w", stop="full")
+    top_exact, top_full = BeamRules("top_w", "exact"), BeamRules("top_w", "full")
+    assert beam.spec(40, 8, top_exact) == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
+                                                     rules=top_exact)
+    assert beam.spec(40, 8, top_exact, 8) == SearchSpec(
+        "beam", 5, 40, chunk_size=8, n_best=2, rules=top_exact, shrink_floor=8)
+    assert beam.spec(40, 8, top_full) == SearchSpec("beam", 5, 40, chunk_size=8, n_best=2,
+                                                    rules=top_full)
+    assert beam.spec(40, 8, top_full) != beam.spec(40, 8, top_exact)  # another program
     assert beam.penalty_alpha == 0.7
-    # Beam 1 is greedy search, still scored with the length penalty.
+    # Beam 1 is greedy search, still scored with the length penalty; greedy and sampling
+    # keep the spec's fixed rules whatever the run's (fewer compiled programs).
     one = SearchSettings.of(CFG, beam_size=1)
-    assert one.spec(40, 8, "top_w", 4, "full") == SearchSpec("greedy", 1, 40, chunk_size=8,
-                                                                 shrink_floor=4)
+    assert one.spec(40, 8, top_full, 4) == SearchSpec("greedy", 1, 40, chunk_size=8,
+                                                      shrink_floor=4)
     assert one.penalty_alpha == 0.7
     sample = SearchSettings.of(CFG, method="sample")
-    assert sample.spec(40, 8, "all") == SearchSpec("sample", 1, 40, top_k=12, chunk_size=8)
+    assert sample.spec(40, 8, top_full) == SearchSpec("sample", 1, 40, top_k=12, chunk_size=8)
     assert sample.penalty_alpha == 0.0
-    assert SearchSettings.of(CFG, method="greedy").spec(40, 4, "all") == SearchSpec(
+    assert SearchSettings.of(CFG, method="greedy").spec(40, 4, EXACT_ALL) == SearchSpec(
         "greedy", 1, 40, chunk_size=4)
-    assert sample.spec(40, 8, "all", 8) == sample.spec(40, 8, "all")  # sampling: no stages
+    assert sample.spec(40, 8, EXACT_ALL, 8) == sample.spec(40, 8, EXACT_ALL)  # no stages
+
+
+def test_spec_takes_the_rules_by_name_never_by_default():
+    """``spec`` has no default rules, and the config's are its two fields, checked: a
+    caller cannot search with rules its run did not choose."""
+    beam = SearchSettings.of(CFG)
+    with pytest.raises(TypeError, match="rules"):
+        beam.spec(40, 8)  # type: ignore[call-arg]
+    assert DecodeConfig().rules == BeamRules("top_w", "full")  # today's defaults
+    assert beam.spec(40, 8, DecodeConfig(stop="exact").rules).rules == BeamRules("top_w",
+                                                                                "exact")
+    for bad, field in ((("best", "full"), "decode.eos_candidates"),
+                       (("all", "patience"), "decode.stop")):
+        with pytest.raises(ValueError, match=f"{field} must be one of"):
+            BeamRules(*bad)
+    assert BeamRules("top_w", "full").search_kwargs() == dict(eos_candidates="top_w",
+                                                             stop="full")
 
 
 def test_stages_halve_down_to_the_floor_for_greedy_and_beam_only():

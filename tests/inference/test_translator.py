@@ -324,7 +324,7 @@ def test_batches_drop_finished_sentences_and_translate_the_same(setup, translato
 
 def test_padding_rows_end_at_once_and_do_not_hold_back_the_early_exit(translator):
     cfg = translator.model_cfg
-    spec = SearchSettings("greedy").spec(24, translator.chunk_size, "all")  # bucket 16's
+    spec = SearchSettings("greedy").spec(24, translator.chunk_size, DECODE.rules)  # bucket 16's
     inputs_BS = np.full((DECODE.batch_size, 16), cfg.pad_id, np.int32)
     inputs_BS[:, 0] = cfg.eos_id
     out = batch_decode.decode_batch(translator.params, translator.prepared, inputs_BS,

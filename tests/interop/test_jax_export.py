@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 
+from jformer.config import EXACT_ALL
 from jformer.data.sources import load_split
 from jformer.inference import Translator
 from jformer.interop import jax_export
@@ -202,7 +203,8 @@ def test_parameters_are_an_argument_not_constants(sentences, greedy_export, tmp_
     sizes = [os.path.getsize(os.path.join(greedy_export, name)) for name in programs.values()]
     assert max(sizes) < params_bytes
     cfg = old.model_cfg
-    settings = jax_export.ExportSettings(buckets=(32,), batch_rows=ROWS, method="greedy")
+    settings = jax_export.ExportSettings(buckets=(32,), batch_rows=ROWS, method="greedy",
+                                         rules=EXACT_ALL)
     program = jax_export.search_program(cfg, settings, 64)
     baked = jax.export.export(jax.jit(lambda x, a: program(params_200, x, a)))(
         jax.ShapeDtypeStruct((ROWS, 32), np.int32), jax.ShapeDtypeStruct((), np.float32))
