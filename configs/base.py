@@ -89,7 +89,9 @@ def get_config() -> ml_collections.ConfigDict:
     t.grad_clip_norm = 0.0  # global-norm clipping; 0 disables
     t.accum_steps = 1  # micro-batches accumulated per optimizer update
     t.parallelism = "shard_map"  # shard_map (jit over a 'data' mesh) | pmap
-    t.compute_dtype = "float32"  # float32 | bfloat16 (params, optimizer state stay float32)
+    # float32 | bfloat16 (params, optimizer state stay float32) | auto (bfloat16 where the
+    # devices compute it natively, else float32; jformer/train/precision.py)
+    t.compute_dtype = "float32"
     t.log_every = 100  # steps
     t.eval_every = 5000  # steps
     t.eval_bleu_sentences = 1000  # validation sentences decoded for BLEU; 0 = all

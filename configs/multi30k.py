@@ -34,11 +34,14 @@ def get_config() -> ml_collections.ConfigDict:
     d.max_tokens = 4096  # 64 rows x 64 tokens
 
     t = c.train
-    # bfloat16 products with float32 accumulation and float32 master weights: validation
-    # BLEU within 0.33 of float32 at every step measured (+0.28 at 1,000, -0.03 at 2,000;
-    # docs/results.md). decode.dtype "auto" (the default) decodes it in float32 on a CPU,
-    # where that is faster, and in bfloat16 on an accelerator (no BLEU lost either way).
-    t.compute_dtype = "bfloat16"
+    # bfloat16 products with float32 accumulation and float32 master weights where the
+    # machine computes bfloat16 natively (an accelerator; a CPU with AVX512_BF16 or AMX:
+    # 1.4-5x float32's speed), else float32 (an AVX-512 CPU without them takes 1.5x as
+    # long per bfloat16 step; jformer/train/precision.py). Validation BLEU within 0.33 of
+    # float32 at every step measured (+0.28 at 1,000, -0.03 at 2,000; docs/results.md).
+    # decode.dtype "auto" (the default) decodes in float32 on a CPU, where that is
+    # faster, and in the model's dtype on an accelerator (no BLEU lost either way).
+    t.compute_dtype = "auto"
     t.max_minutes = 60.0  # the budget: wall-clock minutes from start (vocab, compile, evals)
     t.num_steps = 100_000  # a cap; the budget ends the run first (~1 s/step on 2 cores)
     t.warmup_steps = 1000

@@ -8,6 +8,7 @@ from jformer.config.fields import (check, check_choice, check_number, check_posi
 from jformer.config.model import DTYPES
 
 SCHEDULES = ("rsqrt", "linear")
+COMPUTE_DTYPES = DTYPES + ("auto",)  # train.compute_dtype
 # The validation figures that checkpoints can be chosen by (train.best_metric, `jformer
 # average-checkpoints --best K --metric`), and which way is better.
 SELECTION_METRICS = {"bleu": "max", "loss": "min"}
@@ -37,7 +38,10 @@ class TrainConfig:
     ema_decay: float = 0.0
     accum_steps: int = 1  # gradient accumulation micro-batches per update
     parallelism: str = "shard_map"  # shard_map | pmap
-    compute_dtype: str = "float32"  # float32 | bfloat16 (params and opt state stay f32)
+    # float32 | bfloat16 (params and opt state stay f32) | auto: bfloat16 where the devices
+    # compute it natively (an accelerator; a CPU with AVX512_BF16 or AMX), else float32,
+    # chosen when the run starts and written to config.json (jformer/train/precision.py)
+    compute_dtype: str = "float32"
     log_every: int = 50  # steps between progress/TensorBoard scalars
     eval_every: int = 1000  # steps between validation loss + BLEU
     eval_bleu_sentences: int = 500  # validation sentences decoded for BLEU (0: all)
@@ -72,7 +76,7 @@ class TrainConfig:
         check_choice(s, "schedule", self.schedule, SCHEDULES)
         check_choice(s, "weight_decay_mask", self.weight_decay_mask, ("all", "matrices"))
         check_number(s, "learning_rate", self.learning_rate, 0, strict=True)
-        check_choice(s, "compute_dtype", self.compute_dtype, DTYPES)
+        check_choice(s, "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
         check_number(s, "learning_rate_scale", self.learning_rate_scale, 0, strict=True)
         check(is_int(self.process_id) and 0 <= self.process_id < self.num_processes,
               f"{s}.process_id",

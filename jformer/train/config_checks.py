@@ -1,6 +1,7 @@
 """The checks a training run makes on its config before it spends any time.
 
-:func:`validate_config` builds the typed :class:`Config` (model dtype = train.compute_dtype)
+:func:`validate_config` builds the typed :class:`Config` (model dtype = train.compute_dtype,
+"auto" resolved for this machine: :mod:`jformer.train.precision`)
 and adds the cross-section checks (lengths against positions); :func:`check_resume_config`
 refuses to resume a workdir's checkpoints with another architecture.
 """
@@ -11,8 +12,10 @@ import os
 from typing import Any, Mapping
 
 from jformer import config as config_lib
+from jformer.config.fields import check_choice
 from jformer.data.batching import bucket_boundaries
 from jformer.data.pipeline import DataSplit
+from jformer.train import precision
 from jformer.workdir.files import CONFIG_FILENAME, load_config
 
 
@@ -40,8 +43,13 @@ def validate_config(raw: Mapping[str, Any], *, lengths: bool = True,
     cross-section checks a training run needs; ConfigError names the fields.
     lengths: check the translation data's lengths against model.max_len (the encoder
     tasks check their own)."""
+    raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
     train = dict(raw.get("train", {}))
     compute_dtype = train.get("compute_dtype", "float32")
+    check_choice("train", "compute_dtype", compute_dtype, config_lib.COMPUTE_DTYPES)
+    compute_dtype = precision.compute_dtype(compute_dtype)
+    if "train" in raw:  # "auto" resolved: the config.json a run writes says its dtype
+        raw["train"] = {**train, "compute_dtype": compute_dtype}
     model_dtype = dict(raw.get("model", {})).get("dtype", "float32")
     if model_dtype != "float32" and model_dtype != compute_dtype:
         raise config_lib.ConfigError(
