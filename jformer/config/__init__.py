@@ -16,7 +16,7 @@ Import the public names from here: ``from jformer.config import ModelConfig``.
 from jformer.config.data import VOCAB_MODEL_TYPES, VOCABS, DataConfig
 from jformer.config.decode import (DECODE_DTYPES, EOS_CANDIDATES, EXACT_ALL,
                                    OVERLONG_POLICIES, STOP_RULE_NAMES, BeamRules,
-                                   DecodeConfig)
+                                   DecodeConfig, check_beam_rules)
 from jformer.config.fields import JAX_SEED_LIMIT, ConfigError
 from jformer.config.model import (ACTIVATIONS, DECODER_STARTS, DTYPES, OPS_CHOICES, NORM_KINDS,
                                   POSITIONAL_KINDS, ModelConfig, resolve_ops)
@@ -35,6 +35,6 @@ __all__ = [
     "PretrainConfig", "SCHEDULES", "SELECTION_METRICS", "STOP_RULE_NAMES", "TASK_KINDS",
     "TaskConfig",
     "TrainConfig", "VOCABS", "VOCAB_MODEL_TYPES",
-    "check_coordinator", "check_training_config", "from_config_dict", "parse_bytes",
+    "check_beam_rules", "check_coordinator", "check_training_config", "from_config_dict", "parse_bytes",
     "resolve_ops", "to_dict",
 ]

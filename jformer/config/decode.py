@@ -14,7 +14,17 @@ OVERLONG_POLICIES = ("split", "truncate", "error", "sentences")
 EOS_CANDIDATES = ("all", "top_w")
 # Beam search: when a sentence is done (jformer.search.beam.STOP_RULES)
 STOP_RULE_NAMES = ("exact", "full")
+BEAM_RULE_CHOICES = {"eos_candidates": EOS_CANDIDATES, "stop": STOP_RULE_NAMES}
 DECODE_DTYPES = ("auto", "model") + DTYPES + ("int8",)  # decode.dtype (jformer.inference.precision)
+
+
+def check_beam_rules(prefix: str = "", **rules: str) -> None:
+    """ValueError ``"{prefix}{name} must be one of {choices}; got {value!r}"`` for the
+    first of ``rules`` (``eos_candidates``, ``stop``) outside its choices."""
+    for name, value in rules.items():
+        choices = BEAM_RULE_CHOICES[name]
+        if value not in choices:
+            raise ValueError(f"{prefix}{name} must be one of {choices}; got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +40,7 @@ class BeamRules:
     stop: str
 
     def __post_init__(self) -> None:
-        for name, choices in (("eos_candidates", EOS_CANDIDATES), ("stop", STOP_RULE_NAMES)):
-            value = getattr(self, name)
-            if value not in choices:
-                raise ValueError(f"decode.{name} must be one of {choices}; got {value!r}")
+        check_beam_rules("decode.", **self.search_kwargs())
 
     def search_kwargs(self) -> dict[str, str]:
         """The keyword arguments of :func:`jformer.search.beam_search` (and beam_step,
@@ -121,8 +128,8 @@ class DecodeConfig:
               and all(is_int(b) and b > 0 for b in buckets) and list(buckets) == sorted(buckets),
               f"{s}.length_buckets", "a non-empty increasing tuple of positive ints", buckets)
         check_choice(s, "overlong", self.overlong, OVERLONG_POLICIES)
-        check_choice(s, "eos_candidates", self.eos_candidates, EOS_CANDIDATES)
-        check_choice(s, "stop", self.stop, STOP_RULE_NAMES)
+        for name, choices in BEAM_RULE_CHOICES.items():
+            check_choice(s, name, getattr(self, name), choices)
         check(is_int(self.shrink_floor) and self.shrink_floor >= 0, f"{s}.shrink_floor",
               "an int >= 0 (0: batches keep every row)", self.shrink_floor)
         check(isinstance(self.continuous, bool), f"{s}.continuous", "a bool",

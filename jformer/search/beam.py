@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jformer import step_index
-from jformer.config import EOS_CANDIDATES, STOP_RULE_NAMES
+from jformer.config import STOP_RULE_NAMES, check_beam_rules
 from jformer.search.loop import (DecodeResult, Normalize, StepFn, call_step_fn, check_knob,
                                  check_search_args, length_penalty, log_softmax)
 from jformer.search.prefix import Constraint
@@ -332,11 +332,7 @@ def check_beam_args(state: PyTree, *, batch_size: int, beam_size: int, max_len: 
     if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}]; "
                          f"got {n_best!r}")
-    if eos_candidates not in EOS_CANDIDATES:
-        raise ValueError(f"eos_candidates must be one of {EOS_CANDIDATES}; "
-                         f"got {eos_candidates!r}")
-    if stop not in STOP_RULES:
-        raise ValueError(f"stop must be one of {STOP_RULE_NAMES}; got {stop!r}")
+    check_beam_rules(eos_candidates=eos_candidates, stop=stop)
     return chunk_size
 
 
