@@ -30,7 +30,7 @@ from jformer.train.run_control import (Budget, EarlyStop, StopRequest, TrainingI
 from jformer.train.schedules import make_optimizer
 from jformer.train.sharding import DataParallel
 from jformer.mesh import make_mesh
-from jformer.train import ema
+from jformer.train import ema, precision
 from jformer.train.step import TrainState, create_train_state
 from jformer.train.tasks import Task, TranslationTask
 
@@ -63,6 +63,7 @@ def task_for(raw: Mapping[str, Any]) -> Task:
 def build_job(raw: Mapping[str, Any], workdir: str) -> tuple[Job, TrainState]:
     """Data, model, optimiser and compiled steps; the initial (unplaced) train state."""
     raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
+    raw = precision.resolve_for_run(raw)  # "auto" chosen once, the same on every process
     task = task_for(raw)
     early = task.validate(raw)  # config errors before any data work (ids set below)
     shard = dict(num_devices=jax.device_count(), shard_index=jax.process_index(),

@@ -19,8 +19,11 @@ The choice is made when a run's config is validated
 (:func:`jformer.train.config_checks.validate_config`), before the model is built, and
 the config.json the run writes holds the chosen dtype, not "auto". A resumed run
 chooses again for the machine it resumes on (the parameters and Adam's moments are
-float32 either way, so ``model.dtype`` may change on resume). Each process chooses for
-its own devices: a multi-host job runs on one kind of machine. CPU flags are those
+float32 either way, so ``model.dtype`` may change on resume). A training job resolves
+it once (:func:`resolve_for_run`, in :func:`jformer.train.loop.build_job`); each process
+chooses for its own devices, and a multi-process job whose processes choose differently
+(hosts of two kinds) stops with a ConfigError naming each process's choice, rather than
+compile programs that disagree on their dtypes. CPU flags are those
 :func:`jformer.kernels.native.cpu_flags` reads (/proc/cpuinfo); a CPU whose flags
 cannot be read trains in float32.
 """
@@ -28,9 +31,13 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import Any
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
+from jformer.config import DTYPES, ConfigError
 from jformer.kernels import native
 
 log = logging.getLogger(__name__)
@@ -81,6 +88,31 @@ def compute_dtype(name: str, platform: str | None = None,
         chosen, why = "bfloat16", f"platform {platform}"
     _log_once(chosen, why)
     return chosen
+
+
+def resolve_for_run(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` (a config dict) with ``train.compute_dtype`` "auto" replaced by this
+    machine's choice, the same in every process of a multi-process job or a ConfigError
+    that names the processes' choices; any other value is left for the config checks."""
+    train = dict(raw.get("train", {}))
+    if train.get("compute_dtype") != AUTO:
+        return raw
+    chosen = compute_dtype(AUTO)
+    if jax.process_count() > 1:
+        agree_across_processes(chosen)
+    return {**raw, "train": {**train, "compute_dtype": chosen}}
+
+
+def agree_across_processes(chosen: str) -> None:
+    """ConfigError unless every process of this job chose ``chosen``."""
+    codes = np.asarray(multihost_utils.process_allgather(np.int32(DTYPES.index(chosen))))
+    choices = [DTYPES[int(c)] for c in codes.reshape(-1)]
+    if len(set(choices)) > 1:
+        each = ", ".join(f"process {i}: {c}" for i, c in enumerate(choices))
+        raise ConfigError(
+            f"config field 'train.compute_dtype' ('auto') resolves differently on this "
+            f"job's machines ({each}); set --config.train.compute_dtype=float32 or "
+            f"bfloat16 for all of them")
 
 
 @functools.lru_cache(maxsize=None)

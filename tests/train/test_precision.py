@@ -76,3 +76,36 @@ def test_an_unknown_dtype_is_a_config_error_naming_the_choices():
     c.train.compute_dtype = "half"
     with pytest.raises(ConfigError, match=r"train.compute_dtype.*auto"):
         config_checks.validate_config(c)
+
+
+def test_a_run_resolves_auto_once_and_leaves_other_values(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: ICE_LAKE)
+    monkeypatch.setattr(precision.jax, "default_backend", lambda: "cpu")
+    raw = multi30k.get_config().to_dict()
+    resolved = precision.resolve_for_run(raw)
+    assert resolved["train"]["compute_dtype"] == "float32"
+    assert raw["train"]["compute_dtype"] == "auto"  # the caller's dict is not changed
+    assert resolved["model"] == raw["model"]
+    raw["train"]["compute_dtype"] = "bfloat16"
+    assert precision.resolve_for_run(raw) is raw
+    raw["train"]["compute_dtype"] = "float16"  # not a choice: left for the config checks
+    assert precision.resolve_for_run(raw) is raw
+
+
+@pytest.mark.parametrize("gathered, error", [
+    ([0, 0, 0], None),
+    ([1, 1], None),
+    ([1, 0, 1], "process 0: bfloat16, process 1: float32, process 2: bfloat16"),
+])
+def test_processes_that_choose_differently_stop_the_run(monkeypatch, gathered, error):
+    monkeypatch.setattr(precision.jax, "process_count", lambda: len(gathered))
+    monkeypatch.setattr(precision.multihost_utils, "process_allgather",
+                        lambda x: __import__("numpy").asarray(gathered, dtype="int32"))
+    mine = precision.DTYPES[gathered[0]]
+    monkeypatch.setattr(precision, "compute_dtype", lambda name: mine)
+    raw = {"train": {"compute_dtype": "auto"}}
+    if error is None:
+        assert precision.resolve_for_run(raw)["train"]["compute_dtype"] == mine
+    else:
+        with pytest.raises(ConfigError, match=error):
+            precision.resolve_for_run(raw)
