@@ -3,7 +3,8 @@
     python bench/serve_hostile.py [--workdir tests/fixtures/legacy_workdir] [--clients 32]
         [--rounds 4] [--idle 64] [--seconds 300] [--json OUT]
 
-Starts `jformer serve` (--port 0, tight limits: --max-body-bytes 65536, --timeout-s 3)
+Starts `jformer serve` (--port 0, tight limits: --max-body-bytes 65536, --timeout-s 3,
+and --drain-notice-s 5: the socket listens 5 s past SIGTERM, answering /v1/ready 503)
 and first asks it, quietly, for the reference translation of each valid sentence. Then
 --clients threads each send --rounds passes over every KIND below (raw sockets, a new
 connection a request): valid requests mixed with malformed JSON, wrong types, bodies
@@ -12,7 +13,8 @@ Content-Type, unknown paths, bodies that stall midway, bodies that declare one l
 and send another, 32 KiB headers, and fuzzed bodies (nesting depth, size, number
 ranges, encodings, duplicate keys). --idle connections are held open all along, half
 of them with a request line cut short. Once half the requests are answered it sends
-SIGTERM, asks /v1/ready on connections opened before it, and waits for the exit.
+SIGTERM, asks /v1/ready on connections opened before it and on a new one, and waits
+for the exit.
 
 Prints per kind: requests, status codes seen, max latency and failures (a 5xx, a hang
 past --timeout-s + 5 s, a reset, or a wrong status or translation); then the server's
@@ -45,6 +47,7 @@ from bench_serve import HOST, REPO, start_server, wait_ready  # noqa: E402
 SENTENCES = ["I see a big dog.", "It is seven o'clock.", "It is late.", "We need one car.",
              "Five.", "Hello"]
 MAX_BODY, TIMEOUT = 65536, 3.0
+NOTICE = 5.0  # --drain-notice-s: /v1/ready answers 503 this long before the socket closes
 JSON_CT = "application/json"
 
 
@@ -223,7 +226,17 @@ def drain_probes(port: int, count: int) -> list[socket.socket]:
     return socks
 
 
-def ask_ready(sock: socket.socket) -> str:
+def new_connection(port: int) -> socket.socket | None:
+    try:
+        return socket.create_connection((HOST, port), timeout=10)
+    except OSError:
+        return None  # refused: the notice is over
+
+
+def ask_ready(sock: socket.socket | None) -> str:
+    if sock is None:
+        return "refused"
+
     try:
         sock.sendall(f"GET /v1/ready HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
         response = http.client.HTTPResponse(sock)
@@ -250,7 +263,8 @@ def main(argv=None) -> int:
     log = open(os.path.join(tmp, "server.log"), "wb")
     proc, port = start_server(args.workdir, [
         "--no-access-log", "--log-level", "warning", "--max-body-bytes", str(MAX_BODY),
-        "--timeout-s", str(TIMEOUT), "--drain-s", "20"], os.path.join(tmp, "port"), log)
+        "--timeout-s", str(TIMEOUT), "--drain-notice-s", str(NOTICE), "--drain-s", "20"],
+        os.path.join(tmp, "port"), log)
     idle: list[socket.socket] = []
     try:
         wait_ready(proc, f"http://{HOST}:{port}", 600)
@@ -277,7 +291,7 @@ def main(argv=None) -> int:
             run.sigterm_at = time.monotonic()
             run.stop.set()
         proc.send_signal(signal.SIGTERM)
-        ready_answers = [ask_ready(s) for s in probes]
+        ready_answers = [ask_ready(s) for s in probes] + [ask_ready(new_connection(port))]
         status = proc.wait(60)
         for t in threads:
             t.join(TIMEOUT + 10)

@@ -33,6 +33,8 @@ LIMIT_FLAGS = {
     "warmup_buckets": (int, "compile the default search for this many of the smallest "
                             "length buckets, every batch size, before ready (0: none; "
                             "default: every bucket)"),
+    "drain_notice_s": (float, "on SIGTERM, keep listening this long first, /v1/ready "
+                              "answering 503, so a load balancer sees the drain"),
     "drain_s": (float, "on SIGTERM, how long requests in flight may take to finish"),
 }
 

@@ -34,7 +34,14 @@ class ServeLimits:
         buckets, at every batch row count, before /v1/ready says ready (0: none; None:
         every bucket, so no request of the default settings compiles while serving and
         memory does not step up later).
-      drain_s: on SIGTERM, how long requests in flight may take to finish.
+      drain_notice_s: on SIGTERM, how long the server goes on listening before the
+        drain closes the socket. Meanwhile /v1/ready answers 503 and new requests 503
+        ``draining`` (with Retry-After), on new and kept-alive connections alike, so a
+        load balancer's readiness probe sees the drain before connections are refused
+        (Kubernetes takes a pod out of its endpoints only once its probe has failed).
+        A second signal ends the notice at once. 0: the socket closes at once.
+      drain_s: on SIGTERM, once the notice is over, how long requests in flight may
+        take to finish.
     """
 
     max_body_bytes: int = 1 << 20
@@ -47,6 +54,7 @@ class ServeLimits:
     max_queue: int = 1024
     timeout_s: float = 30.0
     warmup_buckets: int | None = None
+    drain_notice_s: float = 0.0
     drain_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -57,7 +65,7 @@ class ServeLimits:
             _require_int("max_batch", self.max_batch, 1)
         if self.warmup_buckets is not None:
             _require_int("warmup_buckets", self.warmup_buckets, 0)
-        for name in ("max_wait_ms", "timeout_s", "drain_s"):
+        for name in ("max_wait_ms", "timeout_s", "drain_notice_s", "drain_s"):
             value = getattr(self, name)
             if (not isinstance(value, (int, float)) or isinstance(value, bool)
                     or not math.isfinite(value) or value < 0):

@@ -1,9 +1,12 @@
 """Running the app under uvicorn with a graceful stop.
 
-SIGTERM (or SIGINT) starts a drain: /v1/ready turns 503, the listening socket closes,
-idle connections close, requests in flight (queued or decoding) are answered, then the
-decoder thread stops and the process exits 0. Requests still running after
-``drain_s`` are cancelled. A second SIGINT stops at once.
+SIGTERM (or SIGINT) starts a drain: /v1/ready turns 503 at once. The server goes on
+listening for ``drain_notice_s`` (0 by default; new requests get 503 ``draining``
+meanwhile), so that a load balancer's readiness probe sees the drain before connections
+are refused. Then the listening socket closes, idle connections close, requests in
+flight (queued or decoding) are answered, the decoder thread stops and the process exits
+0. Requests still running after ``drain_s`` are cancelled. A second signal ends the
+notice at once; a second SIGINT after it stops at once.
 
 ``--port 0`` binds a free port; ``port_file`` (``--port-file``) names a file the bound
 port is written to once the server listens, so a script or test reads it there instead
@@ -34,6 +37,7 @@ class _DrainingServer(uvicorn.Server):
         super().__init__(config)
         self._state = app.state.jformer
         self._port_file = port_file
+        self._notice: tuple[float, int] | None = None  # (monotonic end, signal)
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
@@ -45,8 +49,22 @@ class _DrainingServer(uvicorn.Server):
             os.replace(partial, self._port_file)  # whole, or not there
 
     def handle_exit(self, sig: int, frame) -> None:
+        first = self._state.phase not in ("draining", "failed") and not self.should_exit
         self._state.begin_drain()
+        notice_s = self._state.limits.drain_notice_s
+        if first and notice_s > 0:
+            self._notice = (time.monotonic() + notice_s, sig)  # on_tick ends it
+            return
+        self._notice = None
         super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        # uvicorn's main loop calls this every 0.1 s and shuts down once it says so.
+        if self._notice is not None and time.monotonic() >= self._notice[0]:
+            sig = self._notice[1]
+            self._notice = None
+            super().handle_exit(sig, None)
+        return await super().on_tick(counter)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

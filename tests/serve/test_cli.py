@@ -7,6 +7,7 @@ recorded greedy outputs), new connections are refused, and the process exits 0.
 Servers bind --port 0 and say their port in --port-file: no port is guessed and raced.
 """
 import concurrent.futures
+import contextlib
 import http.client
 import json
 import os
@@ -30,7 +31,10 @@ from tests.serve.conftest import WORKDIR  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def start(workdir, log_path, *flags):
+@contextlib.contextmanager
+def serving(workdir, log_path, *flags):
+    """A `jformer serve` process and its port file; killed on the way out if it still
+    runs (a failed assertion leaves no server behind)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     log = open(log_path, "wb")
     port_file = str(log_path) + ".port"
@@ -39,7 +43,12 @@ def start(workdir, log_path, *flags):
                              "--warmup-buckets", "0", *flags], stdout=log,
                             stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     log.close()
-    return proc, port_file
+    try:
+        yield proc, port_file
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def base_url(proc, port_file, log_path):
@@ -104,10 +113,9 @@ def test_sigterm_drains_the_requests_in_flight_then_exits_0(tmp_path):
     sources, want = expected["sources"], [g["text"] for g in expected["greedy"]]
     log_path = tmp_path / "server.log"
     (tmp_path / "keys").write_text("k-1\n")
-    proc, port_file = start(WORKDIR, log_path, "--max-wait-ms", "600000", "--max-batch",
-                            str(2 * len(sources)), "--languages", "en-GB:de-AT",
-                            "--api-keys", str(tmp_path / "keys"))
-    try:
+    with serving(WORKDIR, log_path, "--max-wait-ms", "600000", "--max-batch",
+                 str(2 * len(sources)), "--languages", "en-GB:de-AT",
+                 "--api-keys", str(tmp_path / "keys")) as (proc, port_file):
         base = base_url(proc, port_file, log_path)
         wait_ready(proc, base, log_path)
         # The flags' language pair and keys (LibreTranslate's API; nothing is decoded).
@@ -139,12 +147,30 @@ def test_sigterm_drains_the_requests_in_flight_then_exits_0(tmp_path):
         assert [body["translations"][0] for _, body in results] == want
         assert proc.wait(60) == 0
         assert refused(base)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     log = log_path.read_text()
     assert f"draining: {len(sources)} sentences queued" in log and "Shutting down" in log
+
+
+@pytest.mark.slow  # a second server process (~6 s of CPU)
+def test_drain_notice_answers_503_on_new_connections_until_a_second_signal(tmp_path):
+    log_path = tmp_path / "server.log"
+    # A notice far longer than the test: only the second signal can end it in time.
+    with serving(WORKDIR, log_path, "--drain-notice-s", "600") as (proc, port_file):
+        base = base_url(proc, port_file, log_path)
+        wait_ready(proc, base, log_path)
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60  # a bound: the handler runs at the next bytecode
+        while get(base + "/v1/ready")[0] == 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # Each a new connection: the socket still listens, and says it is draining.
+        status, body = get(base + "/v1/ready")
+        assert (status, json.loads(body)["error"]["reason"]) == (503, "draining")
+        assert post(base + "/v1/translate", {"q": "a"})[0] == 503
+        assert get(base + "/v1/health")[0] == 200
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)  # ends the notice: the drain goes on at once
+        assert proc.wait(60) == 0
+        assert refused(base)
 
 
 @pytest.mark.slow  # a second server process (~6 s of CPU); the in-process twin is fast
@@ -153,13 +179,8 @@ def test_a_model_that_fails_to_load_stops_the_server_with_status_1(tmp_path):
     shutil.copytree(WORKDIR, workdir, ignore=shutil.ignore_patterns("checkpoints"))
     (workdir / "checkpoints").mkdir()  # there, but empty: found only while loading
     log_path = tmp_path / "server.log"
-    proc, _ = start(str(workdir), log_path)
-    try:
+    with serving(str(workdir), log_path) as (proc, _):
         assert proc.wait(120) == 1
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     last = log_path.read_text().strip().splitlines()[-1]
     assert last == f"jformer serve: error: no checkpoint in {workdir / 'checkpoints'}"
 
@@ -173,6 +194,8 @@ def test_bad_paths_and_limits_fail_before_binding_with_one_line(tmp_path, capsys
     assert "--max-queue (4) must be >= --max-sentences (128)" in capsys.readouterr().err
     assert cli.main(["serve", "--workdir", WORKDIR, "--max-wait-ms", "-1"]) == 1
     assert "--max-wait-ms must be a finite number >= 0; got -1.0" in capsys.readouterr().err
+    assert cli.main(["serve", "--workdir", WORKDIR, "--drain-notice-s", "nan"]) == 1
+    assert "--drain-notice-s must be a finite number >= 0; got nan" in capsys.readouterr().err
     assert cli.main(["serve", "--workdir", WORKDIR, "--max-batch", "3", "--devices", "2"]) == 1
     assert "--max-batch (3) must be a multiple of --devices (2)" in capsys.readouterr().err
 
