@@ -236,7 +236,6 @@ def new_connection(port: int) -> socket.socket | None:
 def ask_ready(sock: socket.socket | None) -> str:
     if sock is None:
         return "refused"
-
     try:
         sock.sendall(f"GET /v1/ready HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
         response = http.client.HTTPResponse(sock)

@@ -44,12 +44,10 @@ def validate_config(raw: Mapping[str, Any], *, lengths: bool = True,
     lengths: check the translation data's lengths against model.max_len (the encoder
     tasks check their own)."""
     raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
-    train = dict(raw.get("train", {}))
-    compute_dtype = train.get("compute_dtype", "float32")
+    # "auto" resolved (in a training job build_job did it): config.json says the dtype
+    raw = precision.resolve_for_run(raw)
+    compute_dtype = dict(raw.get("train", {})).get("compute_dtype", "float32")
     check_choice("train", "compute_dtype", compute_dtype, config_lib.COMPUTE_DTYPES)
-    compute_dtype = precision.compute_dtype(compute_dtype)
-    if "train" in raw:  # "auto" resolved: the config.json a run writes says its dtype
-        raw["train"] = {**train, "compute_dtype": compute_dtype}
     model_dtype = dict(raw.get("model", {})).get("dtype", "float32")
     if model_dtype != "float32" and model_dtype != compute_dtype:
         raise config_lib.ConfigError(

@@ -1,5 +1,6 @@
 """jformer/train/precision.py: train.compute_dtype "auto" picks bfloat16 only where the
 devices compute it natively, and the run's config says which dtype it chose."""
+import numpy as np
 import pytest
 
 from configs import multi30k, small
@@ -100,7 +101,7 @@ def test_a_run_resolves_auto_once_and_leaves_other_values(monkeypatch):
 def test_processes_that_choose_differently_stop_the_run(monkeypatch, gathered, error):
     monkeypatch.setattr(precision.jax, "process_count", lambda: len(gathered))
     monkeypatch.setattr(precision.multihost_utils, "process_allgather",
-                        lambda x: __import__("numpy").asarray(gathered, dtype="int32"))
+                        lambda x: np.asarray(gathered, dtype=np.int32))
     mine = precision.DTYPES[gathered[0]]
     monkeypatch.setattr(precision, "compute_dtype", lambda name: mine)
     raw = {"train": {"compute_dtype": "auto"}}
