@@ -8,8 +8,9 @@ et al. 2021 report strong on Multi30k's 29k pairs).
 
 A step costs about half the recipe's, so the hour holds about 7,700 steps on a 2-core
 Zen 4 instead of about 4,000, and validation was still improving when the hour ended
-(docs/results.md, "A tiny Transformer in the hour"): a faster machine buys more steps that
-still help. Peak learning rate 2.53 * 128^-0.5 * 2000^-0.5 = 5.0e-3 at step 2,000.
+(docs/results.md, "A tiny Transformer in the hour"), so a faster machine's extra steps
+should still help; that is not yet measured on a faster machine. Peak learning rate
+2.53 * 128^-0.5 * 2000^-0.5 = 5.0e-3 at step 2,000.
 """
 import ml_collections
 
